@@ -1,0 +1,43 @@
+# Every target sets up the virtualenv first, so each works on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run demo test unit lint fmt chaos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/coordinator serve
+
+demo: $(STAMP)
+	$(BIN)/coordinator demo
+
+test: lint unit
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check coordinator actors tests
+	$(BIN)/ruff check coordinator actors tests
+
+fmt: $(STAMP)
+	$(BIN)/ruff format coordinator actors tests
+	$(BIN)/ruff check --fix coordinator actors tests
+
+chaos: $(STAMP)
+	$(BIN)/coordinator chaos --runs 10000
+
+bench: $(STAMP)
+	$(BIN)/coordinator bench
+
+clean:
+	rm -rf $(VENV) var build *.egg-info

@@ -1,0 +1,157 @@
+"""What actors share: the coordinator's runtime, and the scope of one running turn."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from actors.handle import ActorHandle
+from coordinator.bus import Bus
+from coordinator.config import Config
+from coordinator.models.base import Model
+from coordinator.reasons import Failure, StopReason
+from coordinator.store import SqliteStore, SqliteTx
+from coordinator.tools.base import Tool
+
+log = structlog.get_logger()
+
+# Bound on each cleanup duty (revoke, kill and reap, settle). A settlement is one local commit; the
+# longest duty is killing a process group (SIGTERM, a grace period, SIGKILL, reap).
+SETTLE_SECONDS = 10.0
+
+
+class Waiter:
+    """The live end of a durable wait: the reply path resolves it, the wait actor awaits it."""
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self.value: Any = None
+
+    def resolve(self, value: Any) -> None:
+        if not self._done.is_set():
+            self.value = value
+            self._done.set()
+
+    async def wait(self) -> Any:
+        await self._done.wait()
+        return self.value
+
+
+@attrs.define
+class Waits:
+    """Live waiters by request or form id, in this process."""
+
+    by_id: dict[str, Waiter] = attrs.Factory(dict)
+
+    def expect(self, wait_id: str) -> Waiter:
+        waiter = self.by_id[wait_id] = Waiter()
+        return waiter
+
+    def resolve(self, wait_id: str, value: Any) -> None:
+        waiter = self.by_id.get(wait_id)
+        if waiter is not None:
+            waiter.resolve(value)
+
+    def forget(self, wait_id: str) -> None:
+        self.by_id.pop(wait_id, None)
+
+
+@attrs.define(kw_only=True)
+class Runtime:
+    """The coordinator's parts, shared by every actor of one coordinator."""
+
+    store: SqliteStore
+    bus: Bus
+    config: Config
+    model: Model
+    tools: dict[str, Tool]
+    instance_id: str
+    workdir: Path
+    waits: Waits = attrs.Factory(Waits)
+    turns: dict[str, TurnScope] = attrs.Factory(dict)
+
+
+@attrs.define(kw_only=True, eq=False)
+class TurnScope:
+    """One running turn: its ids, its claim's fencing epoch, its handle, and who is still settling.
+
+    Registered in ``Runtime.turns`` while it runs, so the reply and interrupt paths can stop it.
+    """
+
+    runtime: Runtime
+    session_id: str
+    turn_id: str
+    epoch: int
+    handle: ActorHandle
+    resumed_after: str | None = None
+    live_waits: int = 0
+    _waits_changed: trio.Event = attrs.Factory(trio.Event)
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[SqliteTx]:
+        """A store transaction fenced by this turn's claim: a stale owner writes nothing.
+
+        **Raises:** ``Fenced`` when another instance took the claim over.
+        """
+        async with self.runtime.store.transaction() as tx:
+            tx.fence(self.session_id, self.runtime.instance_id, self.epoch)
+            yield tx
+
+    @property
+    def stopping(self) -> bool:
+        return self.handle.reason is not None
+
+    async def stop(self, reason: StopReason) -> bool:
+        """Decide that the turn stops for ``reason``: commit the intent, then cancel the turn.
+
+        Shutdown records no intent (the turn is suspended, not settled). Returns False, changing
+        nothing, when the turn is already stopping.
+
+        **Cancellation:** the intent is committed atomically or not at all.
+        """
+        if self.stopping:
+            return False
+        if not reason.resumable:
+            async with self.write() as tx:
+                if not tx.record_stop_intent(self.turn_id, reason):
+                    return False
+        return self.handle.stop(reason)
+
+    def stop_after_commit(self, reason: StopReason) -> bool:
+        """Cancel the turn for ``reason`` whose intent the caller has just committed."""
+        return self.handle.stop(reason)
+
+    @contextlib.contextmanager
+    def wait_opened(self) -> Iterator[None]:
+        """Count a live permission or form wait; tool calls settle only after every wait did."""
+        self.live_waits += 1
+        try:
+            yield
+        finally:
+            self.live_waits -= 1
+            self._waits_changed.set()
+            self._waits_changed = trio.Event()
+
+    async def waits_settled(self) -> None:
+        """Wait until no permission or form wait of this turn is still settling.
+
+        This orders a stop's events as the contract says: every revocation before any tool failure.
+        """
+        while self.live_waits:
+            await self._waits_changed.wait()
+
+    @contextlib.contextmanager
+    def failing_on_error(self, what: str) -> Iterator[None]:
+        """Turn an unexpected exception into a typed stop *before* it cancels sibling actors."""
+        try:
+            yield
+        except Exception as exc:
+            log.error("actor_failed", actor=what, exc_info=exc)
+            self.handle.stop(Failure(message=f"internal error in {what}: {type(exc).__name__}: {exc}"))
+            raise

@@ -1,0 +1,59 @@
+"""An actor's handle: its cancel scope and the typed reason it was stopped with.
+
+Trio's ``CancelScope.cancel(reason=...)`` takes only a string, for diagnostics. The typed reason lives
+here: ``stop(reason)`` records it first (the first reason wins), then cancels the scope. A child whose
+scope was cancelled because its parent's was reads the reason through ``parent``: the reason is always
+set before any scope is cancelled, so every cleanup knows why it is being torn down.
+"""
+
+from __future__ import annotations
+
+import attrs
+import structlog
+import trio
+
+from coordinator.reasons import StopReason, reasonless_failure
+
+log = structlog.get_logger()
+
+
+@attrs.define(eq=False)
+class ActorHandle:
+    """Owned by one actor; its parent (and only its parent) calls ``stop``."""
+
+    kind: str
+    id: str
+    parent: ActorHandle | None = None
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    reason: StopReason | None = None
+
+    def stop(self, reason: StopReason) -> bool:
+        """Record ``reason`` (unless one is recorded already), then cancel the scope.
+
+        Returns True when this call decided the reason.
+        """
+        decided = self.reason is None
+        if decided:
+            self.reason = reason
+        self.scope.cancel(reason=f"{self.kind} {self.id}: {self.reason.type if self.reason else '?'}")
+        return decided
+
+    def effective_reason(self) -> StopReason | None:
+        """The reason this actor stops for: its own, else the nearest ancestor's."""
+        handle: ActorHandle | None = self
+        while handle is not None:
+            if handle.reason is not None:
+                return handle.reason
+            handle = handle.parent
+        return None
+
+    def reason_or_failure(self) -> StopReason:
+        """The reason to settle with. A missing one is a bug: settled as error, logged loudly."""
+        reason = self.effective_reason()
+        if reason is None:
+            log.error("reasonless_cancel", actor=self.kind, actor_id=self.id)
+            return reasonless_failure()
+        return reason
+
+    def child(self, kind: str, id: str) -> ActorHandle:
+        return ActorHandle(kind=kind, id=id, parent=self)

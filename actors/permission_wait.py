@@ -1,0 +1,125 @@
+"""The permission-wait actor: owns one pending permission request until it is replied or revoked.
+
+It returns the person's decision. It never returns a stop: a ``reject`` without a message is a stop
+decided by the reply path (committed with the reply, then the turn is cancelled), and a deadline is a
+stop this actor decides itself (``Timeout(scope="permission")``). Either way the actor leaves through
+its cleanup, which revokes the request with the turn's reason (``permission.revoked``) unless the reason
+is a shutdown: then the request stays pending in the store, and the next start restores it with the
+same id.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import structlog
+import trio
+
+from actors.context import SETTLE_SECONDS, TurnScope
+from actors.handle import ActorHandle
+from coordinator import events
+from coordinator.ids import new_id
+from coordinator.reasons import Declined, Timeout
+from coordinator.records import Decision, PermissionRequest
+from coordinator.store.sqlite import now_rfc3339
+
+log = structlog.get_logger()
+
+
+@attrs.frozen
+class Replied:
+    """The person's answer: ``once``/``always`` let the call run; ``reject`` with a message is feedback."""
+
+    decision: Decision
+    message: str | None = None
+
+
+async def run(
+    turn: TurnScope,
+    parent: ActorHandle,
+    *,
+    call_id: str,
+    action: str,
+    resource: str,
+    restore: PermissionRequest | None = None,
+) -> Replied:
+    """Ask (or, after a restart, ask again) whether a tool call may run, and wait for the answer.
+
+    **Cancellation:** the request is revoked with the turn's reason (one ``permission.revoked``), or kept
+    pending for a shutdown; in a shielded scope bounded by ``SETTLE_SECONDS``.
+
+    **Raises:** ``Fenced`` if the claim was taken over.
+    """
+    request, deadline = await _open(turn, call_id=call_id, action=action, resource=resource, restore=restore)
+    handle = parent.child("permission_wait", request.id)
+    waiter = turn.runtime.waits.expect(request.id)
+    with turn.wait_opened():
+        try:
+            settled = turn.runtime.store.read.get_permission(request.id)
+            if settled is not None and settled.status == "replied" and settled.decision is not None:
+                return await _already_replied(turn, settled)
+            with trio.move_on_at(deadline) as timer:
+                replied: Replied = await waiter.wait()
+                return replied
+            assert timer.cancelled_caught
+            limit = turn.runtime.config.timeouts.permission
+            await turn.stop(Timeout(scope="permission", after=limit))
+            await trio.lowlevel.checkpoint()
+            raise AssertionError("a stopped turn did not cancel its permission wait")
+        except BaseException:
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle(turn, handle, request)
+            raise
+        finally:
+            turn.runtime.waits.forget(request.id)
+
+
+async def _open(
+    turn: TurnScope, *, call_id: str, action: str, resource: str, restore: PermissionRequest | None
+) -> tuple[PermissionRequest, float]:
+    """Store the pending request and publish ``permission.asked`` (``restored`` after a restart)."""
+    limit = turn.runtime.config.timeouts.limit("permission")
+    async with turn.write() as tx:
+        if restore is None:
+            request = PermissionRequest(
+                id=new_id("per"),
+                session_id=turn.session_id,
+                call_id=call_id,
+                action=action,
+                resource=resource,
+                status="pending",
+                created_at=now_rfc3339(),
+            )
+            deadline_at = None if limit is None else trio.current_time() + limit
+            tx.insert_permission(request, turn.turn_id, None)
+            tx.emit(events.permission_asked(request, restored=False))
+        else:
+            request = restore
+            # TODO(#5): a restored wait keeps its original deadline, measured from when it was asked.
+            deadline_at = None if limit is None else trio.current_time() + limit
+            tx.emit(events.permission_asked(request, restored=True))
+    return request, (math.inf if deadline_at is None else deadline_at)
+
+
+async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Replied:
+    """A reply that landed while no wait was live (between a restart and this restore)."""
+    wait = turn.runtime.store.read.permission_wait_row(request.id)
+    message = None if wait is None else wait.message
+    assert request.decision is not None
+    if request.decision == "reject" and message is None:
+        await turn.stop(Declined(via="permission", call_id=request.call_id))
+        await trio.lowlevel.checkpoint()
+    return Replied(decision=request.decision, message=message)
+
+
+async def _settle(turn: TurnScope, handle: ActorHandle, request: PermissionRequest) -> None:
+    reason = handle.reason_or_failure()
+    if reason.resumable:
+        log.info("permission_kept", request_id=request.id, reason=reason.type)
+        return
+    async with turn.write() as tx:
+        if tx.revoke_permission(request.id, reason):
+            revoked = tx.get_permission(request.id)
+            assert revoked is not None
+            tx.emit(events.permission_revoked(revoked, reason))

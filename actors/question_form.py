@@ -1,0 +1,95 @@
+"""The question-form actor: owns one pending form until it is submitted, cancelled or revoked.
+
+Like the permission wait, it returns the person's answer and never a stop: a dismissal without a
+message is a stop the dismiss path commits and applies (``Declined(via="question")``); the question
+deadline is one this actor decides (``Timeout(scope="question")``). Its cleanup revokes the form with
+the turn's reason (``form.revoked``), except for a shutdown, which keeps it pending for the next start.
+"""
+
+from __future__ import annotations
+
+import math
+
+import structlog
+import trio
+
+from actors.context import SETTLE_SECONDS, TurnScope
+from actors.handle import ActorHandle
+from coordinator import events
+from coordinator.ids import new_id
+from coordinator.reasons import Declined, Timeout
+from coordinator.records import Form, Question
+from coordinator.store.sqlite import now_rfc3339
+
+log = structlog.get_logger()
+
+
+async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: list[Question]) -> Form:
+    """Show a form (or, after a restart, show its pending form again) and wait for the answer.
+
+    Returns the settled form: ``submitted`` with answers, or ``cancelled`` with a feedback message.
+
+    **Cancellation:** the form is revoked with the turn's reason (one ``form.revoked``), or kept pending
+    for a shutdown; shielded, bounded by ``SETTLE_SECONDS``.
+    """
+    form = await _open(turn, call_id=call_id, questions=questions)
+    handle = parent.child("question_form", form.id)
+    waiter = turn.runtime.waits.expect(form.id)
+    with turn.wait_opened():
+        try:
+            current = turn.runtime.store.read.get_form(form.id)
+            if current is not None and current.status != "pending":
+                return await _already_settled(turn, current)
+            limit = turn.runtime.config.timeouts.limit("question")
+            with trio.move_on_after(math.inf if limit is None else limit):
+                settled: Form = await waiter.wait()
+                return settled
+            assert limit is not None
+            await turn.stop(Timeout(scope="question", after=limit))
+            await trio.lowlevel.checkpoint()
+            raise AssertionError("a stopped turn did not cancel its question form")
+        except BaseException:
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle(turn, handle, form)
+            raise
+        finally:
+            turn.runtime.waits.forget(form.id)
+
+
+async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> Form:
+    """Store the pending form and publish ``form.asked``, or re-publish a restored one."""
+    async with turn.write() as tx:
+        restored = tx.pending_form_of_call(turn.session_id, call_id)
+        if restored is not None:
+            tx.emit(events.form_asked(restored, restored=True))
+            return restored
+        form = Form(
+            id=new_id("frm"),
+            session_id=turn.session_id,
+            call_id=call_id,
+            questions=questions,
+            status="pending",
+            created_at=now_rfc3339(),
+        )
+        tx.insert_form(form, turn.turn_id, None)
+        tx.emit(events.form_asked(form, restored=False))
+    return form
+
+
+async def _already_settled(turn: TurnScope, form: Form) -> Form:
+    """A settlement that landed while no wait was live (between a restart and this restore)."""
+    wait = turn.runtime.store.read.form_wait_row(form.id)
+    if form.status == "cancelled" and (wait is None or not wait.message):
+        await turn.stop(Declined(via="question", call_id=form.call_id))
+        await trio.lowlevel.checkpoint()
+    return form
+
+
+async def _settle(turn: TurnScope, handle: ActorHandle, form: Form) -> None:
+    reason = handle.reason_or_failure()
+    if reason.resumable:
+        log.info("form_kept", form_id=form.id, reason=reason.type)
+        return
+    async with turn.write() as tx:
+        if tx.settle_form(form.id, "revoked", reason=reason):
+            tx.emit(events.form_revoked(form, reason))

@@ -1,0 +1,272 @@
+"""The session actor: runs a session's turns in order, owns the claim, and settles each turn last.
+
+A turn's life (stored as ``turns.status``)::
+
+    queued ──> running ──> stopping ──> settled          (a stop's intent is committed first)
+                  │  └───────────────> settled          (succeeded)
+                  └──> suspended ──> running            (shutdown, then resumed at the next start)
+    running, its owner dead ──> running                 (crash, resumed at the next start)
+
+The session settles after all its children: one transaction sweeps whatever a child could not settle
+(a cleanup that ran out of time), writes the terminal event, releases or suspends the claim by the
+reason, and publishes ``session.idle`` (not after a shutdown).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+import structlog
+import trio
+
+from actors import step, tool_call
+from actors.context import SETTLE_SECONDS, Runtime, TurnScope
+from actors.handle import ActorHandle
+from coordinator import events
+from coordinator.errors import Fenced
+from coordinator.ids import new_id
+from coordinator.reasons import Failure, Shutdown, StopReason, Timeout
+from coordinator.records import PermissionRequest, ToolError
+from coordinator.store.rows import ToolCallRow, TurnRow
+from coordinator.store.sqlite import SqliteTx, now_rfc3339
+
+log = structlog.get_logger()
+
+MAX_STEPS_PER_TURN = 100
+RESTART_NOTE = (
+    "The server restarted while you were working. Continue from where you left off without repeating "
+    "completed work."
+)
+
+
+@attrs.define(eq=False)
+class SessionHandle:
+    """The registry's view of a live session actor."""
+
+    session_id: str
+    turn: TurnScope | None = None
+    shutting_down: bool = False
+    done: trio.Event = attrs.Factory(trio.Event)
+    # Shielded: only ``shutdown`` (with a typed reason) stops a session, never an outer cancellation.
+    scope: trio.CancelScope = attrs.Factory(lambda: trio.CancelScope(shield=True))
+
+    def shutdown(self) -> None:
+        """Suspend the running turn with reason shutdown and run no further turn."""
+        self.shutting_down = True
+        if self.turn is not None:
+            self.turn.handle.stop(Shutdown())
+
+
+@attrs.frozen
+class Takeover:
+    """How a turn found unfinished at start is taken over, decided by the coordinator's recovery."""
+
+    previous_owner: str | None
+    after: str  # "shutdown" | "crash"
+
+
+async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Takeover]) -> None:
+    """Run the session's unfinished and queued turns, oldest first, then return.
+
+    **Cancellation:** shielded from outer cancellation; ``handle.shutdown()`` suspends the running turn.
+    """
+    with handle.scope, structlog.contextvars.bound_contextvars(session_id=handle.session_id):
+        try:
+            while not handle.shutting_down:
+                turn = runtime.store.read.next_turn(handle.session_id)
+                if turn is None:
+                    return
+                if not await _run_turn(runtime, handle, turn, takeovers.pop(turn.id, None)):
+                    return
+        except Fenced as exc:
+            log.warning("claim_lost", error=str(exc))
+        finally:
+            handle.done.set()
+
+
+async def _run_turn(
+    runtime: Runtime, handle: SessionHandle, turn: TurnRow, takeover: Takeover | None
+) -> bool:
+    """Run one turn to its settlement. False when the session must not go on (claim elsewhere)."""
+    scope = await _begin(runtime, turn, takeover)
+    if scope is None:
+        return False
+    runtime.turns[turn.id] = handle.turn = scope
+    try:
+        with structlog.contextvars.bound_contextvars(turn_id=turn.id):
+            reason = await _execute(runtime, scope, turn, takeover)
+            with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
+                await _settle(scope, reason)
+            if settling.cancelled_caught:
+                log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
+    finally:
+        runtime.turns.pop(turn.id, None)
+        handle.turn = None
+    return True
+
+
+async def _begin(runtime: Runtime, turn: TurnRow, takeover: Takeover | None) -> TurnScope | None:
+    """Take the claim and publish the turn's start (or resumption) in one transaction."""
+    if turn.status != "queued" and takeover is None:
+        log.info("turn_left_to_its_owner", turn_id=turn.id, status=turn.status)
+        return None
+    async with runtime.store.transaction() as tx:
+        since = now_rfc3339()
+        previous = None if takeover is None else takeover.previous_owner
+        epoch = tx.acquire_claim(turn.session_id, runtime.instance_id, since, takeover_from=previous)
+        if epoch == 0:
+            log.info("claim_held_elsewhere", turn_id=turn.id)
+            return None
+        if takeover is None:
+            tx.set_turn_status(turn.id, "running")
+            message_id = new_id("msg")
+            tx.insert_message(message_id, turn.session_id, turn.id, "user", since)
+            tx.add_text_part(message_id, turn.prompt)
+            tx.emit(events.turn_started(turn.session_id, turn.id, turn.prompt))
+    handle = ActorHandle(kind="turn", id=turn.id)
+    return TurnScope(runtime=runtime, session_id=turn.session_id, turn_id=turn.id, epoch=epoch, handle=handle)
+
+
+async def _execute(
+    runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None
+) -> StopReason | None:
+    """Drive the turn; returns its stop reason, or None when it succeeded."""
+    if takeover is not None and turn.status == "stopping":
+        # A stop decided before the crash: settle as that stop, never resume.
+        assert turn.stop_reason is not None
+        return turn.stop_reason
+    if takeover is not None and turn.resumes >= runtime.config.server.max_resumes:
+        return Failure(
+            message=f"the turn was resumed {turn.resumes} times without finishing; not resuming again"
+        )
+    try:
+        with scope.handle.scope:
+            async with trio.open_nursery() as nursery:
+                limit = runtime.config.timeouts.limit("turn")
+                if limit is not None:
+                    nursery.start_soon(_turn_deadline, scope, limit)
+                if takeover is not None:
+                    await _resume(scope, takeover)
+                await _drive(scope)
+                nursery.cancel_scope.cancel(reason="turn finished: stop the deadline timer")
+    except Fenced:
+        raise
+    except Exception as exc:
+        log.error("turn_failed", exc_info=exc)
+        return scope.handle.reason or Failure(message=f"internal error: {type(exc).__name__}: {exc}")
+    if scope.handle.scope.cancelled_caught:
+        return scope.handle.reason_or_failure()
+    return scope.handle.reason
+
+
+async def _turn_deadline(scope: TurnScope, limit: float) -> None:
+    await trio.sleep(limit)
+    await scope.stop(Timeout(scope="turn", after=limit))
+
+
+async def _drive(scope: TurnScope) -> None:
+    """Model steps until the model answers without asking for tools."""
+    for _ in range(MAX_STEPS_PER_TURN):
+        if not await step.run(scope):
+            return
+    await scope.stop(Failure(message=f"the turn took more than {MAX_STEPS_PER_TURN} model steps"))
+    await trio.lowlevel.checkpoint()
+
+
+async def _resume(scope: TurnScope, takeover: Takeover) -> None:
+    """Continue a turn left by a shutdown or a crash: restore its waits, fail what was running."""
+    scope.resumed_after = takeover.after
+    async with scope.write() as tx:
+        tx.mark_resumed(scope.turn_id, takeover.after)
+        tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
+        restorable = _fail_interrupted_work(tx, scope)
+        note_id = new_id("msg")
+        tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
+        tx.add_text_part(note_id, RESTART_NOTE)
+    async with trio.open_nursery() as nursery:
+        for call, request in restorable:
+            await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
+
+
+def _fail_interrupted_work(
+    tx: SqliteTx, scope: TurnScope
+) -> list[tuple[ToolCallRow, PermissionRequest | None]]:
+    """Fail the steps and tool calls the previous process left running; keep calls that wait on a person."""
+    restart = Failure(message="the server restarted during this step")
+    for step_id in tx.running_steps(scope.turn_id):
+        tx.settle_step(step_id, "failed", restart)
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, restart))
+    restorable = []
+    for call in _children_first(tx.tool_calls_of_turn(scope.turn_id)):
+        if call.status != "running":
+            continue
+        if call.parent_call_id is None and tool_call.waits_on_a_person(tx, scope.session_id, call.call_id):
+            restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
+            continue
+        error = _restart_error()
+        if tx.settle_tool_call(scope.session_id, call.call_id, error=error):
+            tx.emit(events.tool_failed(scope.session_id, call.call_id, error, None))
+    return restorable
+
+
+def _restart_error() -> ToolError:
+    return ToolError(type="interrupted", message="the server restarted while this tool call was running")
+
+
+def _children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
+    """Nested calls before the call that made them (a stable sort keeps each group in order)."""
+    return sorted(calls, key=lambda c: c.parent_call_id is None)
+
+
+async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
+    """The session's own settlement, last of all, in one transaction."""
+    async with scope.write() as tx:
+        if reason is None:
+            tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
+            _finish(tx, scope, "succeeded")
+            log.info("turn_succeeded")
+            return
+        sweep(tx, scope.session_id, scope.turn_id, reason)
+        tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
+        if reason.resumable:
+            tx.settle_turn(scope.turn_id, "suspended", reason, None)
+            tx.set_claim_state(scope.session_id, "suspended")
+        else:
+            assert reason.outcome is not None
+            _finish(tx, scope, reason.outcome, reason)
+        log.info("turn_stopped", reason=reason.type)
+
+
+def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | None = None) -> None:
+    tx.settle_turn(scope.turn_id, "settled", reason, outcome)
+    tx.set_claim_state(scope.session_id, "released")
+    tx.set_last_outcome(scope.session_id, outcome)
+    tx.emit(events.session_idle(scope.session_id, scope.turn_id, outcome))
+
+
+def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
+    """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
+
+    In a clean stop every child has settled itself and this finds nothing. It settles what a child
+    could not (its cleanup ran out of time) and, at a start, a stop whose settlement a crash cut short.
+    Waits and the calls waiting on them are kept for a shutdown.
+    """
+    if not reason.resumable:
+        for request in tx.pending_permissions(turn_id=turn_id):
+            tx.revoke_permission(request.id, reason)
+            tx.emit(events.permission_revoked(request, reason))
+        for form in tx.pending_forms(turn_id=turn_id):
+            tx.settle_form(form.id, "revoked", reason=reason)
+            tx.emit(events.form_revoked(form, reason))
+    for call in _children_first(tx.tool_calls_of_turn(turn_id)):
+        if call.status != "running":
+            continue
+        if reason.resumable and tool_call.waits_on_a_person(tx, session_id, call.call_id):
+            continue
+        error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
+        if tx.settle_tool_call(session_id, call.call_id, error=error):
+            tx.emit(events.tool_failed(session_id, call.call_id, error, None))
+    for step_id in tx.running_steps(turn_id):
+        tx.settle_step(step_id, "failed", reason)
+        tx.emit(events.step_failed(session_id, turn_id, step_id, reason))

@@ -1,0 +1,139 @@
+"""The step actor: one model request, then the tool calls it asked for, run concurrently.
+
+A step starts with ``session.step.started`` and ends with ``session.step.succeeded`` once the model
+answered and every tool call it asked for has settled, or with ``session.step.failed`` carrying the
+turn's stop reason. A model failure (after the client's retries) or the step deadline is a stop the step
+decides itself: it commits the intent through the turn and leaves through its cleanup.
+"""
+
+from __future__ import annotations
+
+import math
+
+import structlog
+import trio
+
+from actors import tool_call
+from actors.context import SETTLE_SECONDS, TurnScope
+from coordinator import events
+from coordinator.errors import ModelError
+from coordinator.ids import new_id
+from coordinator.models.base import ModelReply, ModelRequest, ModelToolCall
+from coordinator.models.history import to_chat
+from coordinator.reasons import Failure, StopReason, Timeout
+from coordinator.store.rows import ToolCallRow
+from coordinator.store.sqlite import SqliteTx, now_rfc3339
+
+log = structlog.get_logger()
+
+
+async def run(turn: TurnScope) -> bool:
+    """Ask the model once and run the tool calls it asks for. Returns True if it asked for any.
+
+    **Cancellation:** the step fails with the turn's reason after its tool calls settled
+    (``session.step.failed``); shielded, bounded by ``SETTLE_SECONDS``.
+
+    **Raises:** ``Fenced`` if the claim was taken over.
+    """
+    step_id = new_id("step")
+    async with turn.write() as tx:
+        index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
+        tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+    handle = turn.handle.child("step", step_id)
+    with handle.scope, turn.failing_on_error(f"step {step_id}"):
+        try:
+            reply = await _ask_model(turn, index)
+            calls = await _record_reply(turn, step_id, reply)
+            async with trio.open_nursery() as nursery:
+                for call in calls:
+                    await nursery.start(tool_call.run, turn, handle, call)
+        except BaseException:
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle(turn, step_id, handle.reason_or_failure())
+            raise
+        async with turn.write() as tx:
+            tx.settle_step(step_id, "succeeded", None)
+            tx.emit(events.step_succeeded(turn.session_id, turn.turn_id, step_id))
+        return bool(calls)
+    raise AssertionError("a step's own scope is never stopped alone")
+
+
+async def _ask_model(turn: TurnScope, index: int) -> ModelReply:
+    runtime = turn.runtime
+    request = ModelRequest(
+        session_id=turn.session_id,
+        index=index,
+        messages=_conversation(turn),
+        tools=tuple(tool.spec for tool in runtime.tools.values()),
+    )
+    limit = runtime.config.timeouts.limit("step")
+    stop: StopReason
+    with trio.move_on_after(math.inf if limit is None else limit) as timer:
+        try:
+            return await runtime.model.complete(request)
+        except ModelError as exc:
+            log.warning("model_failed", error=str(exc))
+            stop = Failure(message=f"model error: {exc}")
+    if timer.cancelled_caught:
+        assert limit is not None
+        stop = Timeout(scope="step", after=limit)
+    await turn.stop(stop)
+    await trio.lowlevel.checkpoint()
+    raise AssertionError("a stopped turn did not cancel its step")
+
+
+def _conversation(turn: TurnScope) -> tuple:  # type: ignore[type-arg]
+    read = turn.runtime.store.read
+    messages = read.history(turn.session_id)
+    model_ids = {c.call_id: c.model_call_id for c in read.tool_calls_of_session(turn.session_id)}
+    return to_chat(messages, model_ids)
+
+
+async def _record_reply(turn: TurnScope, step_id: str, reply: ModelReply) -> list[ToolCallRow]:
+    """Store the assistant message with its tool calls, and publish each call's start, at once."""
+    async with turn.write() as tx:
+        message_id = new_id("msg")
+        tx.insert_message(message_id, turn.session_id, turn.turn_id, "assistant", now_rfc3339())
+        if reply.text:
+            tx.add_text_part(message_id, reply.text)
+        calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+    return calls
+
+
+def _start_call(
+    tx: SqliteTx, turn: TurnScope, step_id: str, message_id: str, model_call: ModelToolCall
+) -> ToolCallRow:
+    call = ToolCallRow(
+        session_id=turn.session_id,
+        call_id=_unique_call_id(tx, turn.session_id, model_call.id),
+        turn_id=turn.turn_id,
+        step_id=step_id,
+        parent_call_id=None,
+        model_call_id=model_call.id,
+        name=model_call.name,
+        input=model_call.input,
+        status="running",
+        output=None,
+        error=None,
+        partial=None,
+        progress=None,
+    )
+    tx.insert_tool_call(call, now_rfc3339())
+    tx.add_tool_part(message_id, call.call_id)
+    tx.emit(events.tool_started(turn.session_id, turn.turn_id, call.call_id, call.name, call.input, None))
+    return call
+
+
+def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
+    """The model's own id when it is new in the session (models may reuse ids across requests)."""
+    candidate, n = model_call_id or "call", 1
+    while tx.call_id_taken(session_id, candidate):
+        n += 1
+        candidate = f"{model_call_id}-{n}"
+    return candidate
+
+
+async def _settle(turn: TurnScope, step_id: str, reason: StopReason) -> None:
+    async with turn.write() as tx:
+        tx.settle_step(step_id, "failed", reason)
+        tx.emit(events.step_failed(turn.session_id, turn.turn_id, step_id, reason))

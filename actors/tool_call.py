@@ -1,0 +1,177 @@
+"""The tool-call actor: checks permission, runs one tool, and settles the call exactly once.
+
+Its ``session.tool.started`` is committed by its parent (the step, with the assistant message that
+asked for the call, or ``execute`` for a nested call) before the actor starts. It settles as
+``session.tool.succeeded`` or ``session.tool.failed``:
+
+- a tool's own failure (``ToolFailure``, any exception, a ``[timeouts] tool`` deadline, a ``deny`` rule,
+  a ``reject`` with a message) fails the call and the turn goes on;
+- a stop of the turn fails the call with the turn's reason and whatever partial result the tool had,
+  after every permission or form wait of the turn has been revoked; except a shutdown, which leaves a
+  call that waits on a person unsettled, so that the next start restores its wait.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import structlog
+import trio
+
+from actors import permission_wait, question_form
+from actors.context import SETTLE_SECONDS, TurnScope
+from actors.handle import ActorHandle
+from coordinator import events, permissions
+from coordinator.errors import ToolFailure
+from coordinator.records import Partial, PermissionRequest, Question, ToolError
+from coordinator.store import Queries
+from coordinator.store.rows import ToolCallRow
+from coordinator.tools.base import FormReply, Tool, ToolContext
+
+log = structlog.get_logger()
+
+
+async def run(
+    turn: TurnScope,
+    parent: ActorHandle,
+    call: ToolCallRow,
+    *,
+    restore: PermissionRequest | None = None,
+    task_status: trio.TaskStatus[ActorHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``call`` (stored as running, its start published) to its one settlement.
+
+    **Cancellation:** the call fails with the turn's reason and its partial result, or, for a shutdown
+    while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
+    """
+    handle = parent.child("tool_call", call.call_id)
+    context = _tool_context(turn, handle, call)
+    with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
+        task_status.started(handle)
+        try:
+            output = await _permit_and_run(turn, handle, call, context, restore)
+        except ToolFailure as failure:
+            error = ToolError(type=failure.type, message=failure.message)
+            # A finished result is kept even if a stop arrives now: settle it shielded.
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle_failed(turn, call, error, _partial(context, failure.partial))
+        except BaseException:
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle_stopped(turn, handle, call, context)
+            raise
+        else:
+            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+                await _settle_succeeded(turn, call, output)
+
+
+def _tool_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
+    context = ToolContext(
+        session_id=turn.session_id,
+        call_id=call.call_id,
+        workdir=turn.runtime.workdir,
+        report_progress=lambda detail: None,
+    )
+
+    def report_progress(detail: Any) -> None:
+        context.latest_progress = detail
+
+    async def open_form(questions: list[Question]) -> FormReply:
+        form = await question_form.run(turn, handle, call_id=call.call_id, questions=questions)
+        if form.status == "submitted":
+            return FormReply(answers=dict(form.answers or {}))
+        wait = turn.runtime.store.read.form_wait_row(form.id)
+        return FormReply(answers=None, message=None if wait is None else wait.message)
+
+    context.report_progress = report_progress
+    context.open_form = open_form
+    return context
+
+
+async def _permit_and_run(
+    turn: TurnScope,
+    handle: ActorHandle,
+    call: ToolCallRow,
+    context: ToolContext,
+    restore: PermissionRequest | None,
+) -> Any:
+    tool = turn.runtime.tools.get(call.name)
+    if tool is None:
+        raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
+    if not isinstance(call.input, dict):
+        raise ToolFailure(type="error", message="tool input must be a JSON object")
+    await _check_permission(turn, handle, call, tool, restore)
+    return await _run_bounded(turn, tool, call, context)
+
+
+async def _check_permission(
+    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, tool: Tool, restore: PermissionRequest | None
+) -> None:
+    resource = restore.resource if restore is not None else tool.resource(call.input)
+    if restore is None:
+        configured = turn.runtime.config.permission
+        session_rules = turn.runtime.store.read.session_rules(turn.session_id)
+        verdict = permissions.evaluate(configured, session_rules, call.name, resource)
+        if verdict.effect == "deny":
+            raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
+        if verdict.effect == "allow":
+            return
+    replied = await permission_wait.run(
+        turn, handle, call_id=call.call_id, action=call.name, resource=resource, restore=restore
+    )
+    if replied.decision == "reject":
+        message = replied.message or "the user declined this tool call"
+        raise ToolFailure(type="declined", message=message)
+
+
+async def _run_bounded(turn: TurnScope, tool: Tool, call: ToolCallRow, context: ToolContext) -> Any:
+    scope = "execute" if call.name == "execute" else "tool"
+    limit = turn.runtime.config.timeouts.limit(scope)
+    with trio.move_on_after(math.inf if limit is None else limit) as timer:
+        try:
+            return await tool.run(context, call.input)
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            log.info("tool_raised", call_id=call.call_id, exc_info=exc)
+            raise ToolFailure(type="error", message=f"{type(exc).__name__}: {exc}") from exc
+    assert timer.cancelled_caught
+    raise ToolFailure(type="timeout", message=f"the {scope} deadline of {limit:g}s passed")
+
+
+def _partial(context: ToolContext, reported: Any = None) -> Partial | None:
+    progress = reported if reported is not None else context.latest_progress
+    return None if progress is None else Partial(progress=progress)
+
+
+async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
+    async with turn.write() as tx:
+        if tx.settle_tool_call(turn.session_id, call.call_id, output=output):
+            tx.emit(events.tool_succeeded(turn.session_id, call.call_id, output))
+
+
+async def _settle_failed(
+    turn: TurnScope, call: ToolCallRow, error: ToolError, partial: Partial | None
+) -> None:
+    async with turn.write() as tx:
+        if tx.settle_tool_call(turn.session_id, call.call_id, error=error, partial=partial):
+            tx.emit(events.tool_failed(turn.session_id, call.call_id, error, partial))
+
+
+async def _settle_stopped(
+    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext
+) -> None:
+    reason = handle.reason_or_failure()
+    await turn.waits_settled()
+    if reason.resumable and waits_on_a_person(turn.runtime.store.read, turn.session_id, call.call_id):
+        log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
+        return
+    error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
+    await _settle_failed(turn, call, error, _partial(context))
+
+
+def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
+    """Does the call have a pending permission request or form (kept across a shutdown)?"""
+    return bool(
+        read.pending_permission_of_call(session_id, call_id) or read.pending_form_of_call(session_id, call_id)
+    )

@@ -1,0 +1,228 @@
+"""The embedding API: ``open_coordinator`` and the ``Coordinator`` it yields (contract section 7)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from actors.context import Runtime
+from coordinator import claims, decisions, errors
+from coordinator.bus import Bus
+from coordinator.config import Config, config_from
+from coordinator.events import Event
+from coordinator.models.base import Model
+from coordinator.models.factory import build_model
+from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.registry import Registry
+from coordinator.store import SqliteStore, open_store
+from coordinator.store.sqlite import now_rfc3339
+from coordinator.tools.registry import build_tools
+
+log = structlog.get_logger()
+
+
+class Coordinator:
+    """Runs sessions. Obtain one with ``open_coordinator``; every method is safe to call concurrently."""
+
+    def __init__(self, runtime: Runtime, registry: Registry) -> None:
+        self._runtime = runtime
+        self._registry = registry
+        self._closing = False
+
+    @property
+    def config(self) -> Config:
+        return self._runtime.config
+
+    @property
+    def instance_id(self) -> str:
+        return self._runtime.instance_id
+
+    @property
+    def store(self) -> SqliteStore:
+        """The store, for tools and tests that read state; writes go through the methods below."""
+        return self._runtime.store
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise errors.CoordinatorClosed(message="the coordinator is shutting down")
+
+    def _session(self, session_id: str) -> Session:
+        found = self._runtime.store.read.get_session(session_id)
+        if found is None:
+            raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
+        return found
+
+    async def create_session(self, title: str = "") -> Session:
+        """Create an idle session and publish ``session.created``."""
+        self._check_open()
+        return await decisions.create_session(self._runtime, title)
+
+    async def list_sessions(self) -> list[Session]:
+        await trio.lowlevel.checkpoint()
+        return self._runtime.store.read.list_sessions()
+
+    async def get_session(self, session_id: str) -> Session:
+        """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
+        await trio.lowlevel.checkpoint()
+        return self._session(session_id)
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
+        await trio.lowlevel.checkpoint()
+        self._session(session_id)
+        return self._runtime.store.read.history(session_id)
+
+    async def prompt(self, session_id: str, text: str) -> str:
+        """Queue a turn for ``text``; it runs after any turn the session is running. Returns its id.
+
+        **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
+        """
+        self._check_open()
+        self._session(session_id)
+        turn_id = await decisions.queue_prompt(self._runtime, session_id, text)
+        self._registry.ensure_running(session_id)
+        return turn_id
+
+    async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
+        """Stop the running turn with reason interrupt. False when idle or already stopping.
+
+        Returns once the stop is recorded, before cleanup ends.
+
+        **Raises:** ``SessionNotFound``.
+        """
+        self._session(session_id)
+        return await decisions.interrupt(self._runtime, session_id, by)
+
+    async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
+        await trio.lowlevel.checkpoint()
+        if session_id is not None:
+            self._session(session_id)
+        return self._runtime.store.read.pending_permissions(session_id=session_id)
+
+    async def reply_permission(
+        self, session_id: str, request_id: str, decision: str, message: str | None = None
+    ) -> PermissionRequest:
+        """Answer a permission request (contract section 6): ``once``, ``always`` or ``reject``.
+
+        **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with its settlement),
+        ``InvalidRequest`` (an unknown decision).
+        """
+        self._session(session_id)
+        return await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+
+    async def pending_forms(self, session_id: str) -> list[Form]:
+        await trio.lowlevel.checkpoint()
+        self._session(session_id)
+        return self._runtime.store.read.pending_forms(session_id=session_id)
+
+    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
+        """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
+        self._session(session_id)
+        return await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
+
+    async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
+        """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
+        self._session(session_id)
+        return await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+
+    async def subscribe(self, *, after: int = 0, session_id: str | None = None) -> AsyncIterator[Event]:
+        """Every event after seq ``after``, replayed from the store, then live until shutdown."""
+        if session_id is not None:
+            self._session(session_id)
+        async with contextlib.aclosing(
+            self._runtime.bus.subscribe(after=after, session_id=session_id)
+        ) as events:
+            async for event in events:
+                yield event
+
+    async def shutdown(self) -> None:
+        """Suspend every running turn with reason shutdown, within ``[server] shutdown_grace``.
+
+        Pending waits stay pending in the store; the next start restores them with the same ids.
+        Idempotent. **Cancellation:** shielded; bounded by the grace period.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        grace = self._runtime.config.server.shutdown_grace
+        with trio.move_on_after(grace, shield=True) as grace_scope:
+            await self._registry.shutdown()
+        if grace_scope.cancelled_caught:
+            log.error("shutdown_grace_exceeded", grace=grace)
+        self._runtime.bus.close()
+
+
+@contextlib.asynccontextmanager
+async def open_coordinator(
+    config: str | Path | Config | None = None,
+    *,
+    db: str | None = None,
+    model: Model | None = None,
+    synchronous: str = "full",
+    workdir: str | Path | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Coordinator]:
+    """Open the coordinator on its database, resume what a previous process left, and yield it.
+
+    Leaving the block, or cancelling the scope that encloses it, is a graceful shutdown (reason
+    shutdown): running turns are suspended and resume at the next start.
+
+    Args:
+        config: a config file path, a ``Config``, or None for the defaults.
+        db: the SQLite database path; overrides ``[server] db``.
+        model: a model to use instead of the configured one (embedders and tests).
+        synchronous: SQLite durability, ``full`` (default) or ``normal`` (see design/store.md).
+        workdir: where tools run; the config file's folder by default.
+        **overrides: other ``[server]`` keys.
+
+    **Raises:** ``ConfigError`` for a bad config; ``StoreError`` when the database cannot be opened.
+    """
+    resolved = config_from(config, db=db, **overrides)
+    instance = claims.this_instance()
+    with open_store(resolved.server.db, synchronous=synchronous) as store:
+        bus = Bus(store.read)
+        store.on_commit(bus.publish)
+        chosen_model = model if model is not None else build_model(resolved)
+        try:
+            async with trio.open_nursery() as root:
+                runtime = Runtime(
+                    store=store,
+                    bus=bus,
+                    config=resolved,
+                    model=chosen_model,
+                    tools=build_tools(resolved),
+                    instance_id=instance.id,
+                    workdir=Path(workdir) if workdir is not None else resolved.base_dir,
+                )
+                coordinator = await _start(runtime, instance, root)
+                try:
+                    yield coordinator
+                finally:
+                    await coordinator.shutdown()
+                    with trio.move_on_after(5, shield=True):
+                        async with store.transaction() as tx:
+                            tx.mark_instance_stopped(instance.id)
+                    claims.LIVE_IN_THIS_PROCESS.discard(instance.id)
+                    root.cancel_scope.cancel(reason="coordinator closed")
+        finally:
+            claims.LIVE_IN_THIS_PROCESS.discard(instance.id)
+            with trio.move_on_after(5, shield=True):
+                await chosen_model.aclose()
+
+
+async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordinator:
+    async with runtime.store.transaction() as tx:
+        tx.register_instance(instance, now_rfc3339())
+    claims.LIVE_IN_THIS_PROCESS.add(instance.id)
+    registry = Registry(runtime, root)
+    lease = runtime.config.server.lease
+    root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
+    recovered = registry.recover(claims.Liveness(me=instance, lease=lease))
+    log.info("coordinator_started", instance_id=instance.id, recovered=len(recovered), at=time.time())
+    return Coordinator(runtime, registry)

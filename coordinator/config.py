@@ -1,0 +1,296 @@
+"""The configuration (contract section 2): frozen values, built from TOML, flags and keywords."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from coordinator.errors import ConfigError
+from coordinator.records import Rule
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    """``[server]``: where to listen, the database, the token, claims and shutdown."""
+
+    host: str = "127.0.0.1"
+    port: int = 4096
+    db: str = "var/coordinator.sqlite"
+    token: str = ""
+    lease: float = 15
+    max_resumes: int = 5
+    shutdown_grace: float = 10
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    """``[model]``: which provider answers the steps."""
+
+    provider: Literal["openai", "scripted"] = "scripted"
+    base_url: str = "http://127.0.0.1:8000/v1"
+    name: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    script: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TimeoutsConfig:
+    """``[timeouts]``: seconds each scope may last; 0 means no limit."""
+
+    tool: float = 120
+    execute: float = 300
+    permission: float = 0
+    question: float = 0
+    step: float = 300
+    turn: float = 0
+
+    def limit(self, scope: str) -> float | None:
+        """The deadline of ``scope`` in seconds, or None when it has no limit."""
+        seconds = float(getattr(self, scope))
+        return seconds if seconds > 0 else None
+
+
+@attrs.frozen(kw_only=True)
+class PluginConfig:
+    """``[[plugin]]``: a user tool, ``module:attribute``."""
+
+    entry: str
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The whole configuration. ``base_dir`` is the config file's folder (for plugins and the script)."""
+
+    server: ServerConfig = ServerConfig()
+    model: ModelConfig = ModelConfig()
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    permission: tuple[Rule, ...] = ()
+    plugin: tuple[PluginConfig, ...] = ()
+    base_dir: Path = attrs.field(factory=Path.cwd)
+
+    def with_overrides(self, **overrides: Any) -> Config:
+        """A copy with ``[server]`` keys (``db``, ``host``, ``port``, ...) replaced where given."""
+        server_keys = {f.name for f in attrs.fields(ServerConfig)}
+        unknown = set(overrides) - server_keys
+        if unknown:
+            raise TypeError(f"unknown override(s): {', '.join(sorted(unknown))}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return attrs.evolve(self, server=attrs.evolve(self.server, **given))
+
+    def script_path(self) -> Path | None:
+        """The scripted model's script (``[model] script``) resolved against ``base_dir``, if set."""
+        if not self.model.script:
+            return None
+        return self.base_dir / Path(self.model.script).expanduser()
+
+
+# A plugin entry is ``module:attribute``; both sides may be dotted (``pkg.tools:Group.run``).
+ENTRY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+_TABLES: dict[str, type[Any]] = {"server": ServerConfig, "model": ModelConfig, "timeouts": TimeoutsConfig}
+_ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig}
+_SECTION_NAMES = "[server], [model], [timeouts], [[permission]], [[plugin]]"
+_TOKEN_ENV = "COORDINATOR_TOKEN"
+
+
+@attrs.frozen
+class _Bound:
+    """A range a numeric key must lie in, with the words that name it in an error."""
+
+    holds: Callable[[float], bool]
+    words: str
+
+
+_NON_NEGATIVE = _Bound(lambda v: v >= 0, "0 or more")
+_BOUNDS: dict[tuple[type[Any], str], _Bound] = {
+    (ServerConfig, "port"): _Bound(lambda v: 0 <= v <= 65535, "from 0 to 65535"),
+    (ServerConfig, "lease"): _Bound(lambda v: v > 0, "greater than 0"),
+    (ServerConfig, "max_resumes"): _NON_NEGATIVE,
+    (ServerConfig, "shutdown_grace"): _NON_NEGATIVE,
+    **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
+}
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read and check a TOML config file (contract section 2); ``None`` gives the defaults.
+
+    ``base_dir`` becomes the file's folder (the defaults use the current directory).
+
+    Args:
+        path: the config file, or None.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or has an unknown section or key, a value
+            of the wrong type or out of range, or an invalid word; ``where`` names the file and key.
+    """
+    if path is None:
+        return Config()
+    file = Path(path)
+    label = str(path)
+    table = _read_toml(file, label)
+    return _config_from_table(table, label, base_dir=file.absolute().parent)
+
+
+def config_from(value: str | Path | Config | None, **overrides: Any) -> Config:
+    """The config an embedder or the CLI asked for: a file, a ready ``Config`` or the defaults.
+
+    Overrides are ``[server]`` keys (``db``, ``host``, ``port``, ...); ``None`` values are ignored, the
+    others are checked like the file's values.
+
+    Args:
+        value: a config file path, a ``Config`` used as is, or None for the defaults.
+        **overrides: ``[server]`` keys that replace the file's values.
+
+    Raises:
+        ConfigError: the file is bad (see ``load_config``) or an override has a wrong type or range.
+        TypeError: an override is not a ``[server]`` key (a programming error).
+    """
+    if isinstance(value, Config):
+        config = value
+    else:
+        config = load_config(value)
+    hints = typing.get_type_hints(ServerConfig)
+    checked: dict[str, Any] = {}
+    for key, given in overrides.items():
+        if given is None or key not in hints:
+            checked[key] = given  # with_overrides drops None and rejects unknown keys
+            continue
+        if isinstance(given, os.PathLike):
+            given = os.fspath(given)
+        checked[key] = _check_value(given, hints[key], _BOUNDS.get((ServerConfig, key)), f"[server].{key}")
+    return config.with_overrides(**checked)
+
+
+def apply_env(config: Config, environ: Mapping[str, str]) -> Config:
+    """``config`` with the environment's overrides: a non-empty ``COORDINATOR_TOKEN`` replaces the token.
+
+    An empty variable is ignored rather than switching authentication off, because an unset shell
+    variable expands to the empty string.
+    """
+    token = environ.get(_TOKEN_ENV, "")
+    if not token:
+        return config
+    return attrs.evolve(config, server=attrs.evolve(config.server, token=token))
+
+
+def _read_toml(file: Path, label: str) -> dict[str, Any]:
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror or exc}", label) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"invalid TOML: not UTF-8 text (byte {exc.start})", label) from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {_locate(str(exc), text)}", label) from exc
+
+
+def _locate(message: str, text: str) -> str:
+    """tomllib's message, led by the line it names; "end of document" becomes the last line."""
+    at = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", message, re.DOTALL)
+    if at:
+        return f"line {at[2]}, column {at[3]}: {at[1]}"
+    at_end = re.fullmatch(r"(.*) \(at end of document\)", message, re.DOTALL)
+    if at_end:
+        return f"line {max(len(text.splitlines()), 1)} (end of file): {at_end[1]}"
+    return message
+
+
+def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> Config:
+    for key, value in table.items():
+        if key not in _TABLES and key not in _ARRAYS:
+            shown = f"[{key}]" if isinstance(value, dict) else key
+            raise ConfigError(f"unknown section (expected one of {_SECTION_NAMES})", f"{label}: {shown}")
+    server, model, timeouts = (
+        _build(table.get(name, {}), cls, f"{label}: [{name}]") for name, cls in _TABLES.items()
+    )
+    permission = tuple(_build_array(table, "permission", label))
+    plugin = tuple(_build_array(table, "plugin", label))
+    for index, entry in enumerate(plugin):
+        if not ENTRY_PATTERN.match(entry.entry):
+            where = f"{label}: [[plugin]][{index}].entry"
+            raise ConfigError(f'expected "module:attribute", got {_describe(entry.entry)}', where)
+    return Config(
+        server=server,
+        model=model,
+        timeouts=timeouts,
+        permission=permission,
+        plugin=plugin,
+        base_dir=base_dir,
+    )
+
+
+def _build_array(table: dict[str, Any], name: str, label: str) -> list[Any]:
+    items = table.get(name, [])
+    if not isinstance(items, list):
+        raise ConfigError(
+            f"expected an array of tables [[{name}]], got {_describe(items)}", f"{label}: {name}"
+        )
+    return [_build(item, _ARRAYS[name], f"{label}: [[{name}]][{i}]") for i, item in enumerate(items)]
+
+
+def _build(value: Any, cls: type[Any], where: str) -> Any:
+    """An instance of the attrs class ``cls`` from one TOML table, every key checked."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a table, got {_describe(value)}", where)
+    hints = typing.get_type_hints(cls)
+    fields = attrs.fields_dict(cls)
+    values: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key (expected one of {', '.join(fields)})", f"{where}.{key}")
+        values[key] = _check_value(item, hints[key], _BOUNDS.get((cls, key)), f"{where}.{key}")
+    for name, field in fields.items():
+        if field.default is attrs.NOTHING and name not in values:
+            raise ConfigError("missing required key", f"{where}.{name}")
+    return cls(**values)
+
+
+def _check_value(value: Any, hint: Any, bound: _Bound | None, where: str) -> Any:
+    """``value`` as the field typed ``hint`` holds it (ints widen to floats), or a ConfigError."""
+    if typing.get_origin(hint) is Literal:
+        words = typing.get_args(hint)
+        if not isinstance(value, str) or value not in words:
+            raise ConfigError(f"expected one of {', '.join(words)}, got {_describe(value)}", where)
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"expected a string, got {_describe(value)}", where)
+        return value
+    # bool is a subclass of int in Python, but `port = true` is never what was meant.
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if hint is int:
+        noun = "an integer"
+        ok = is_int
+    else:
+        noun = "a number"
+        ok = is_int or (isinstance(value, float) and math.isfinite(value))
+    if not ok or (bound is not None and not bound.holds(value)):
+        range_words = f" {bound.words}" if bound is not None else ""
+        raise ConfigError(f"expected {noun}{range_words}, got {_describe(value)}", where)
+    return value if hint is int else float(value)
+
+
+def _describe(value: Any) -> str:
+    """A value as the TOML file spelled it, or what kind of value it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"a {type(value).__name__}"

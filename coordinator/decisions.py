@@ -1,0 +1,209 @@
+"""What people decide: prompts, interrupts, permission replies and form answers.
+
+A decision that stops a turn (an interrupt, a ``reject``, a dismissal) is committed in the same
+transaction as the turn's stop intent, before any task is cancelled; a crash in between still ends
+the turn as the decision said. Only after the commit is the running turn (if it runs in this process)
+cancelled with the typed reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from actors.context import Runtime
+from coordinator import errors, events, permissions
+from coordinator.ids import new_id
+from coordinator.reasons import Declined, Interrupt, StopReason
+from coordinator.records import Form, PermissionRequest, Session
+from coordinator.store import SqliteTx
+from coordinator.store.sqlite import now_rfc3339
+
+log = structlog.get_logger()
+
+DECISIONS = ("once", "always", "reject")
+
+
+async def create_session(runtime: Runtime, title: str) -> Session:
+    if not isinstance(title, str):
+        raise errors.InvalidRequest(message="title must be a string")
+    session_id = new_id("ses")
+    async with runtime.store.transaction() as tx:
+        tx.insert_session(session_id, title, now_rfc3339())
+        session = tx.get_session(session_id)
+        assert session is not None
+        tx.emit(events.session_created(session))
+    return session
+
+
+async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise errors.InvalidRequest(message="text must be a non-empty string")
+    turn_id = new_id("turn")
+    async with runtime.store.transaction() as tx:
+        tx.insert_turn(turn_id, session_id, text, now_rfc3339())
+    return turn_id
+
+
+async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
+    """Record an interrupt of the session's running turn, then cancel it. False if none to stop."""
+    if by not in ("api", "embedder"):
+        raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
+    reason = Interrupt(by=by)  # type: ignore[arg-type]
+    turn = _running_turn(runtime, session_id)
+    if turn is None:
+        return False
+    async with runtime.store.transaction() as tx:
+        recorded = tx.record_stop_intent(turn.turn_id, reason)
+    if recorded:
+        turn.stop_after_commit(reason)
+        log.info("interrupt_recorded", session_id=session_id, turn_id=turn.turn_id, by=by)
+    return recorded
+
+
+def _running_turn(runtime: Runtime, session_id: str) -> Any:
+    for turn in runtime.turns.values():
+        if turn.session_id == session_id and not turn.stopping:
+            return turn
+    return None
+
+
+def _stop_turn_of(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
+    turn = runtime.turns.get(turn_id)
+    if turn is not None:
+        turn.stop_after_commit(reason)
+
+
+async def reply_permission(
+    runtime: Runtime, session_id: str, request_id: str, decision: str, message: str | None
+) -> PermissionRequest:
+    if decision not in DECISIONS:
+        raise errors.InvalidRequest(message=f"decision must be one of once, always, reject; got {decision!r}")
+    if message is not None and not isinstance(message, str):
+        raise errors.InvalidRequest(message="message must be a string")
+    stop: StopReason | None = None
+    async with runtime.store.transaction() as tx:
+        request = _pending_request(tx, session_id, request_id)
+        turn_id = _wait_turn(tx, request_id)
+        tx.reply_permission(request_id, decision, message)
+        replied = tx.get_permission(request_id)
+        assert replied is not None
+        tx.emit(events.permission_replied(replied))
+        also = _apply_always(runtime, tx, replied) if decision == "always" else []
+        if decision == "reject" and not message:
+            candidate = Declined(via="permission", call_id=request.call_id)
+            stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
+    runtime.waits.resolve(request_id, _replied(decision, message))
+    for other in also:
+        runtime.waits.resolve(other.id, _replied("always", None))
+    if stop is not None:
+        _stop_turn_of(runtime, turn_id, stop)
+    return replied
+
+
+def _replied(decision: str, message: str | None) -> Any:
+    from actors.permission_wait import Replied
+
+    return Replied(decision=decision, message=message)  # type: ignore[arg-type]
+
+
+def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> PermissionRequest:
+    request = tx.get_permission(request_id)
+    if request is None or request.session_id != session_id:
+        raise errors.PermissionNotFound(
+            message=f"no permission request {request_id!r} in session {session_id!r}", request_id=request_id
+        )
+    if request.status != "pending":
+        raise errors.PermissionAlreadySettled(
+            message=f"permission request {request_id!r} is already {request.status}",
+            request_id=request_id,
+            settlement=request.settlement(),
+        )
+    return request
+
+
+def _wait_turn(tx: SqliteTx, request_id: str) -> str:
+    wait = tx.permission_wait_row(request_id)
+    assert wait is not None
+    return wait.turn_id
+
+
+def _apply_always(runtime: Runtime, tx: SqliteTx, request: PermissionRequest) -> list[PermissionRequest]:
+    """Add the session rule, then resolve every other pending request of the session it now allows."""
+    tx.add_session_rule(request.session_id, permissions.always_rule(request.action, request.resource))
+    session_rules = tx.session_rules(request.session_id)
+    resolved = []
+    for other in tx.pending_permissions(session_id=request.session_id):
+        verdict = permissions.evaluate(runtime.config.permission, session_rules, other.action, other.resource)
+        if verdict.effect == "allow" and tx.reply_permission(other.id, "always", None):
+            now = tx.get_permission(other.id)
+            assert now is not None
+            tx.emit(events.permission_replied(now))
+            resolved.append(now)
+    return resolved
+
+
+async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any]) -> Form:
+    async with runtime.store.transaction() as tx:
+        form = _pending_form(tx, session_id, form_id)
+        _validate_answers(form, answers)
+        tx.settle_form(form_id, "submitted", answers=answers)
+        submitted = tx.get_form(form_id)
+        assert submitted is not None
+        tx.emit(events.form_submitted(submitted))
+    runtime.waits.resolve(form_id, submitted)
+    return submitted
+
+
+async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message: str | None) -> Form:
+    stop: StopReason | None = None
+    async with runtime.store.transaction() as tx:
+        form = _pending_form(tx, session_id, form_id)
+        turn_id = _form_turn(tx, form_id)
+        tx.settle_form(form_id, "cancelled", message=message or None)
+        cancelled = tx.get_form(form_id)
+        assert cancelled is not None
+        tx.emit(events.form_cancelled(cancelled))
+        if not message:
+            candidate = Declined(via="question", call_id=form.call_id)
+            stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
+    runtime.waits.resolve(form_id, cancelled)
+    if stop is not None:
+        _stop_turn_of(runtime, turn_id, stop)
+    return cancelled
+
+
+def _pending_form(tx: SqliteTx, session_id: str, form_id: str) -> Form:
+    form = tx.get_form(form_id)
+    if form is None or form.session_id != session_id:
+        raise errors.FormNotFound(message=f"no form {form_id!r} in session {session_id!r}", form_id=form_id)
+    if form.status != "pending":
+        raise errors.FormAlreadySettled(
+            message=f"form {form_id!r} is already {form.status}",
+            form_id=form_id,
+            settlement=form.settlement(),
+        )
+    return form
+
+
+def _form_turn(tx: SqliteTx, form_id: str) -> str:
+    wait = tx.form_wait_row(form_id)
+    assert wait is not None
+    return wait.turn_id
+
+
+def _validate_answers(form: Form, answers: dict[str, Any]) -> None:
+    """Every question answered with a string, no unknown id, options respected."""
+    known = {q.id: q for q in form.questions}
+    problems = [f"unknown question id {qid!r}" for qid in answers if qid not in known]
+    for question in form.questions:
+        answer = answers.get(question.id)
+        if answer is None:
+            problems.append(f"question {question.id!r} is not answered")
+        elif not isinstance(answer, str):
+            problems.append(f"the answer to {question.id!r} must be a string")
+        elif question.options is not None and answer not in question.options:
+            problems.append(f"the answer to {question.id!r} must be one of {question.options}")
+    if problems:
+        raise errors.InvalidRequest(message="; ".join(problems))

@@ -1,0 +1,228 @@
+"""Every exception the coordinator raises, rooted at ``CoordinatorError``.
+
+::
+
+    CoordinatorError
+    ├── ClientError                      reaches a client; has ``name`` and ``status``
+    │   ├── InvalidRequest               400: malformed input
+    │   ├── Unauthorized                 401: missing or wrong bearer token
+    │   ├── SessionNotFound              404
+    │   ├── PermissionNotFound           404: request id never issued in this session
+    │   ├── FormNotFound                 404: form id never issued in this session
+    │   ├── PermissionAlreadySettled     409: replied or revoked before this reply
+    │   ├── FormAlreadySettled           409: submitted, cancelled or revoked before
+    │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
+    │   └── InternalError                500: anything unexpected; its traceback stays in the log
+    ├── ConfigError                      a bad config file or flag (the CLI exits 2)
+    ├── StoreError                       the store failed
+    │   ├── StoreBusy                    another writer holds the database too long
+    │   ├── StoreFull                    the disk or the database is full
+    │   └── SchemaTooNew                 the database was written by a newer coordinator
+    ├── Fenced                           this instance lost its claim: a newer owner holds it
+    ├── InvalidTransition                a lifecycle was asked to move where it cannot (a bug)
+    ├── ModelError                       the model failed after retries; the turn stops with error
+    └── ToolFailure                      a tool fails its own call with a typed error
+
+Errors that reach a client carry their details as attrs fields; the server renders them as
+``{"error": {"name", "message", **details}}`` and the embedder catches the same classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+
+class CoordinatorError(Exception):
+    """Root of every exception the coordinator raises on purpose."""
+
+
+@attrs.define(eq=False)
+class ClientError(CoordinatorError):
+    """An error a client caused or must see; rendered by the server's one error handler."""
+
+    name: ClassVar[str] = "ClientError"
+    status: ClassVar[int] = 400
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def details(self) -> dict[str, Any]:
+        """Fields beyond ``message`` that the wire form carries (unstructured by ``wire``)."""
+        from coordinator.wire import converter
+
+        fields = converter.unstructure(self)
+        fields.pop("message", None)
+        return dict(fields)
+
+
+@attrs.define(eq=False)
+class InvalidRequest(ClientError):
+    """The request is malformed: bad JSON, a missing or wrong-typed field, an unknown word."""
+
+    name: ClassVar[str] = "InvalidRequest"
+    status: ClassVar[int] = 400
+
+
+@attrs.define(eq=False)
+class Unauthorized(ClientError):
+    """A configured token was not presented as ``Authorization: Bearer <token>``."""
+
+    name: ClassVar[str] = "Unauthorized"
+    status: ClassVar[int] = 401
+
+
+@attrs.define(eq=False)
+class SessionNotFound(ClientError):
+    """No session has this id."""
+
+    name: ClassVar[str] = "SessionNotFound"
+    status: ClassVar[int] = 404
+
+    session_id: str = ""
+
+
+@attrs.define(eq=False)
+class PermissionNotFound(ClientError):
+    """The request id was never issued, or was issued in another session.
+
+    Differs from ``PermissionAlreadySettled``: a settled request is never "not found".
+    """
+
+    name: ClassVar[str] = "PermissionNotFound"
+    status: ClassVar[int] = 404
+
+    request_id: str = ""
+
+
+@attrs.define(eq=False)
+class FormNotFound(ClientError):
+    """The form id was never issued, or was issued in another session."""
+
+    name: ClassVar[str] = "FormNotFound"
+    status: ClassVar[int] = 404
+
+    form_id: str = ""
+
+
+@attrs.define(eq=False)
+class PermissionAlreadySettled(ClientError):
+    """The request was replied to or revoked before this reply; ``settlement`` says how."""
+
+    name: ClassVar[str] = "PermissionAlreadySettled"
+    status: ClassVar[int] = 409
+
+    request_id: str = ""
+    settlement: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define(eq=False)
+class FormAlreadySettled(ClientError):
+    """The form was submitted, cancelled or revoked before this answer; ``settlement`` says how."""
+
+    name: ClassVar[str] = "FormAlreadySettled"
+    status: ClassVar[int] = 409
+
+    form_id: str = ""
+    settlement: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define(eq=False)
+class CoordinatorClosed(ClientError):
+    """The coordinator is shutting down or closed; no new work is accepted."""
+
+    name: ClassVar[str] = "CoordinatorClosed"
+    status: ClassVar[int] = 503
+
+
+@attrs.define(eq=False)
+class InternalError(ClientError):
+    """Anything unexpected. The client sees only this; the traceback goes to the log."""
+
+    name: ClassVar[str] = "InternalError"
+    status: ClassVar[int] = 500
+
+
+@attrs.define(eq=False)
+class ConfigError(CoordinatorError):
+    """The config file or a flag is wrong; ``where`` names the key, entry or file."""
+
+    message: str
+    where: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class StoreError(CoordinatorError):
+    """The store failed in a way its callers cannot fix."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by another writer for longer than the busy timeout."""
+
+
+class StoreFull(StoreError):
+    """The disk or the database is full; nothing of the failed transaction was written."""
+
+
+class SchemaTooNew(StoreError):
+    """The database's schema version is newer than this coordinator knows."""
+
+
+@attrs.define(eq=False)
+class Fenced(CoordinatorError):
+    """This instance's claim on a session was taken over; its actors must write nothing more.
+
+    Raised by a store write whose fencing token (the claim's epoch) is stale.
+    """
+
+    session_id: str
+    epoch: int
+
+    def __str__(self) -> str:
+        return f"claim on {self.session_id} at epoch {self.epoch} was taken over"
+
+
+@attrs.define(eq=False)
+class InvalidTransition(CoordinatorError):
+    """A lifecycle was asked to move to a state it cannot reach from where it is: a bug."""
+
+    lifecycle: str
+    current: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.lifecycle}: {self.current} -> {self.target} is not allowed"
+
+
+@attrs.define(eq=False)
+class ModelError(CoordinatorError):
+    """The model could not answer: after the client's retries, or a malformed reply.
+
+    The step that asked fails, and the turn stops with reason ``error`` carrying ``message``.
+    """
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@attrs.define(eq=False)
+class ToolFailure(CoordinatorError):
+    """A tool reports that its call failed; ``type`` and ``message`` become the call's ``error``.
+
+    Raised by tools (a shell call's own timeout, a bad input); any other exception from a tool is
+    reported as type ``error`` with its message.
+    """
+
+    type: str
+    message: str
+    partial: Any = None
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,0 +1,140 @@
+"""Typed stop reasons: the one table that says what every kind of stop means.
+
+A stop reason travels with a cancellation from the moment a stop is decided until the event that
+reports it. Callers read the class variables (``outcome``, ``resumable``, ``terminal_event``) and call
+``tool_error_type``; nothing outside this module compares ``reason.type`` or writes an ``isinstance``
+chain over reasons. ``design/reasons.md`` copies this table.
+
+=========  ==========  =========  ================================  ======================
+wire type  outcome     resumable  terminal event                    claim after the stop
+=========  ==========  =========  ================================  ======================
+interrupt  interrupted no         session.execution.interrupted     released
+declined   declined    no         session.execution.interrupted     released
+timeout    timed_out   no         session.execution.interrupted     released
+error      failed      no         session.execution.failed          released
+shutdown   (none)      yes        session.execution.suspended       kept, suspended
+=========  ==========  =========  ================================  ======================
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import attrs
+
+TimeoutScope = Literal["tool", "execute", "permission", "question", "step", "turn"]
+ToolErrorType = Literal["declined", "interrupted", "timeout", "error", "denied"]
+
+_INTERRUPTED_EVENT = "session.execution.interrupted"
+
+
+@attrs.frozen
+class Interrupt:
+    """A person asked the turn to stop: ``POST .../interrupt`` or the embedder's ``interrupt()``."""
+
+    type: ClassVar[str] = "interrupt"
+    outcome: ClassVar[str | None] = "interrupted"
+    resumable: ClassVar[bool] = False
+    terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+
+    by: Literal["api", "embedder"]
+
+    def tool_error_type(self, call_id: str) -> ToolErrorType:
+        return "interrupted"
+
+    def describe(self) -> str:
+        return f"interrupted by the {'user' if self.by == 'api' else 'embedding program'}"
+
+
+@attrs.frozen
+class Declined:
+    """A person declined a tool call: a permission ``reject`` or a dismissed question form."""
+
+    type: ClassVar[str] = "declined"
+    outcome: ClassVar[str | None] = "declined"
+    resumable: ClassVar[bool] = False
+    terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+
+    via: Literal["permission", "question"]
+    call_id: str
+
+    def tool_error_type(self, call_id: str) -> ToolErrorType:
+        # The declined call itself is "declined"; its siblings were only stopped because of it.
+        return "declined" if call_id == self.call_id else "interrupted"
+
+    def describe(self) -> str:
+        if self.via == "permission":
+            return f"the user declined tool call {self.call_id}"
+        return f"the user dismissed the question of tool call {self.call_id}"
+
+
+@attrs.frozen
+class Timeout:
+    """A deadline passed: a wait's, a step's or the turn's (``[timeouts]`` in the config)."""
+
+    type: ClassVar[str] = "timeout"
+    outcome: ClassVar[str | None] = "timed_out"
+    resumable: ClassVar[bool] = False
+    terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+
+    scope: TimeoutScope
+    after: float
+
+    def tool_error_type(self, call_id: str) -> ToolErrorType:
+        return "timeout"
+
+    def describe(self) -> str:
+        return f"the {self.scope} deadline of {self.after:g}s passed"
+
+
+@attrs.frozen
+class Shutdown:
+    """The coordinator itself is shutting down; the only reason whose turn resumes at the next start.
+
+    Built only by the coordinator's shutdown path (a signal, ``shutdown()``, leaving
+    ``open_coordinator`` or cancelling the scope that encloses it).
+    """
+
+    type: ClassVar[str] = "shutdown"
+    outcome: ClassVar[str | None] = None
+    resumable: ClassVar[bool] = True
+    terminal_event: ClassVar[str] = "session.execution.suspended"
+
+    def tool_error_type(self, call_id: str) -> ToolErrorType:
+        return "interrupted"
+
+    def describe(self) -> str:
+        return "the server shut down"
+
+
+@attrs.frozen
+class Failure:
+    """Something failed: the model after its retries, an internal error, or a reason-less cancellation.
+
+    Its wire type is ``error``.
+    """
+
+    type: ClassVar[str] = "error"
+    outcome: ClassVar[str | None] = "failed"
+    resumable: ClassVar[bool] = False
+    terminal_event: ClassVar[str] = "session.execution.failed"
+
+    message: str
+
+    def tool_error_type(self, call_id: str) -> ToolErrorType:
+        return "error"
+
+    def describe(self) -> str:
+        return self.message
+
+
+StopReason = Interrupt | Declined | Timeout | Shutdown | Failure
+
+REASON_CLASSES: tuple[type[StopReason], ...] = (Interrupt, Declined, Timeout, Shutdown, Failure)
+
+REASONLESS = "reason-less cancellation"
+
+
+def reasonless_failure() -> Failure:
+    """The reason settled for a cancellation that arrived without one: a bug, never a shutdown."""
+    return Failure(message=REASONLESS)

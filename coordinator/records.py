@@ -1,0 +1,167 @@
+"""Frozen records of the contract's objects: sessions, claims, permission requests, forms, history."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import attrs
+
+from coordinator.reasons import StopReason, ToolErrorType
+
+SessionStatus = Literal["idle", "busy", "suspended"]
+Outcome = Literal["succeeded", "interrupted", "declined", "timed_out", "failed"]
+Decision = Literal["once", "always", "reject"]
+PermissionStatus = Literal["pending", "replied", "revoked"]
+FormStatus = Literal["pending", "submitted", "cancelled", "revoked"]
+Effect = Literal["allow", "ask", "deny"]
+
+
+@attrs.frozen
+class ClaimView:
+    """Who runs a session now: the owner instance and since when (RFC 3339)."""
+
+    owner: str
+    since: str
+
+
+@attrs.frozen(kw_only=True)
+class Session:
+    """A session as clients see it (contract section 4)."""
+
+    id: str
+    title: str
+    status: SessionStatus
+    claim: ClaimView | None
+    last_outcome: Outcome | None
+    created_at: str
+
+
+@attrs.frozen(kw_only=True)
+class PermissionRequest:
+    """A question to a person: may this tool call run? (contract section 4)."""
+
+    id: str
+    session_id: str
+    call_id: str
+    action: str
+    resource: str
+    status: PermissionStatus
+    decision: Decision | None = None
+    reason: StopReason | None = None
+    created_at: str
+
+    def settlement(self) -> dict[str, Any]:
+        """What a late reply is told: ``{status, decision?, reason?}``."""
+        from coordinator.wire import converter
+
+        return dict(converter.unstructure(Settlement(self.status, self.decision, self.reason)))
+
+
+@attrs.frozen
+class Settlement:
+    """How a request or a form was settled, as a 409 reports it."""
+
+    status: str
+    decision: Decision | None = None
+    reason: StopReason | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Question:
+    """One question of a form; ``options`` limits the answers when given."""
+
+    id: str
+    prompt: str
+    options: list[str] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Form:
+    """A question form shown to a person by the ``question`` tool (contract section 4)."""
+
+    id: str
+    session_id: str
+    call_id: str
+    questions: list[Question]
+    status: FormStatus
+    answers: dict[str, str] | None = None
+    reason: StopReason | None = None
+    created_at: str
+
+    def settlement(self) -> dict[str, Any]:
+        from coordinator.wire import converter
+
+        return dict(converter.unstructure(Settlement(self.status, None, self.reason)))
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    """A permission rule: ``action`` is a tool name or ``*``; ``resource`` a glob."""
+
+    action: str = "*"
+    resource: str = "*"
+    effect: Effect
+
+
+@attrs.frozen(kw_only=True)
+class ToolError:
+    """Why a tool call failed: its type (contract section 5) and a message for people and the model."""
+
+    type: ToolErrorType
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class NestedCall:
+    """A nested call of ``execute`` as its progress, result and partial result report it."""
+
+    call_id: str
+    name: str
+    input: Any = None
+    status: str
+    output: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Partial:
+    """What a stopped tool had done: script logs, finished nested calls, and its latest progress."""
+
+    logs: list[str] = attrs.Factory(list)
+    calls: list[NestedCall] = attrs.Factory(list)
+    progress: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class TextPart:
+    """Text in a message."""
+
+    type: ClassVar[str] = "text"
+
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolPart:
+    """A tool call in an assistant message, with its state and what it produced."""
+
+    type: ClassVar[str] = "tool"
+
+    call_id: str
+    name: str
+    input: Any
+    state: Literal["running", "succeeded", "failed"]
+    output: Any = None
+    error: ToolError | None = None
+    partial: Partial | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Message:
+    """One message of the history: a user prompt or note, or what the model answered."""
+
+    id: str
+    session_id: str
+    turn_id: str
+    role: Literal["user", "assistant"]
+    parts: list[TextPart | ToolPart]
+    created_at: str

@@ -1,0 +1,156 @@
+"""Numbered schema migrations of the SQLite store; ``MIGRATIONS[i]`` moves version i to i + 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+
+def _v1(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            last_outcome TEXT,
+            created_at TEXT NOT NULL,
+            ord INTEGER NOT NULL
+        );
+        -- status: queued | running | stopping | suspended | settled (see actors/session.py)
+        CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            ord INTEGER NOT NULL,
+            prompt TEXT NOT NULL,
+            status TEXT NOT NULL,
+            stop_reason TEXT,
+            outcome TEXT,
+            resumes INTEGER NOT NULL DEFAULT 0,
+            suspended_after TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX turns_by_session ON turns(session_id, ord);
+        CREATE INDEX turns_by_status ON turns(status);
+        -- status: running | succeeded | failed
+        CREATE TABLE steps (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            ord INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX steps_by_turn ON steps(turn_id, ord);
+        CREATE INDEX steps_by_session ON steps(session_id);
+        CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            role TEXT NOT NULL,
+            ord INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX messages_by_session ON messages(session_id, ord);
+        -- kind: text | tool; a tool part names its call in tool_calls
+        CREATE TABLE parts (
+            message_id TEXT NOT NULL,
+            ord INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            text TEXT,
+            call_id TEXT,
+            PRIMARY KEY (message_id, ord)
+        );
+        -- status: running | succeeded | failed
+        CREATE TABLE tool_calls (
+            session_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            step_id TEXT,
+            parent_call_id TEXT,
+            model_call_id TEXT,
+            name TEXT NOT NULL,
+            input TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            partial TEXT,
+            progress TEXT,
+            ord INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, call_id)
+        );
+        CREATE INDEX tool_calls_by_turn ON tool_calls(turn_id, ord);
+        -- state: held | suspended | released; epoch grows with every acquisition (fencing token)
+        CREATE TABLE claims (
+            session_id TEXT PRIMARY KEY,
+            owner TEXT,
+            epoch INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            since TEXT
+        );
+        CREATE TABLE instances (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            boot_id TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            heartbeat REAL NOT NULL,
+            stopped INTEGER NOT NULL DEFAULT 0
+        );
+        -- status: pending | replied | revoked
+        CREATE TABLE permission_requests (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            action TEXT NOT NULL,
+            resource TEXT NOT NULL,
+            status TEXT NOT NULL,
+            decision TEXT,
+            message TEXT,
+            reason TEXT,
+            deadline_at REAL,
+            created_at TEXT NOT NULL,
+            ord INTEGER NOT NULL
+        );
+        CREATE INDEX permission_by_session ON permission_requests(session_id, status);
+        -- status: pending | submitted | cancelled | revoked
+        CREATE TABLE forms (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            questions TEXT NOT NULL,
+            status TEXT NOT NULL,
+            answers TEXT,
+            message TEXT,
+            reason TEXT,
+            deadline_at REAL,
+            created_at TEXT NOT NULL,
+            ord INTEGER NOT NULL
+        );
+        CREATE INDEX forms_by_session ON forms(session_id, status);
+        CREATE TABLE session_rules (
+            session_id TEXT NOT NULL,
+            ord INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            resource TEXT NOT NULL,
+            effect TEXT NOT NULL,
+            PRIMARY KEY (session_id, ord)
+        );
+        -- AUTOINCREMENT: a seq is never reused, even after the highest row is gone.
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            type TEXT NOT NULL,
+            session_id TEXT,
+            at TEXT NOT NULL,
+            payload TEXT NOT NULL
+        );
+        CREATE INDEX events_by_session ON events(session_id, seq);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1]

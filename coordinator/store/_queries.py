@@ -1,0 +1,575 @@
+"""The SQL of the SQLite store, as synchronous methods over one connection.
+
+``SqliteStore.read`` runs them outside a transaction (each statement sees a committed snapshot);
+``SqliteTx`` runs them inside one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import apsw
+
+from coordinator import errors, wire
+from coordinator.events import Event
+from coordinator.reasons import StopReason
+from coordinator.records import (
+    ClaimView,
+    Form,
+    Message,
+    Partial,
+    PermissionRequest,
+    Question,
+    Rule,
+    Session,
+    TextPart,
+    ToolError,
+    ToolPart,
+)
+from coordinator.store.rows import (
+    TOOL_CALL_COLUMNS,
+    TURN_COLUMNS,
+    ClaimRow,
+    InstanceRow,
+    ToolCallRow,
+    TurnRow,
+    WaitRow,
+    dump_json,
+    dump_reason,
+    load_json,
+    load_reason,
+)
+
+_SESSION_SELECT = """
+    SELECT s.id, s.title, s.last_outcome, s.created_at, c.owner, c.state, c.since
+    FROM sessions s LEFT JOIN claims c ON c.session_id = s.id
+"""
+
+
+def _session_from_row(row: tuple[Any, ...]) -> Session:
+    id, title, last_outcome, created_at, owner, state, since = row
+    held = state in ("held", "suspended")
+    status = {"held": "busy", "suspended": "suspended"}.get(state or "", "idle")
+    return Session(
+        id=id,
+        title=title,
+        status=status,  # type: ignore[arg-type]
+        claim=ClaimView(owner=owner, since=since) if held else None,
+        last_outcome=last_outcome,
+        created_at=created_at,
+    )
+
+
+_PERMISSION_COLUMNS = "id, session_id, call_id, action, resource, status, decision, reason, created_at"
+
+
+def _permission_from_row(row: tuple[Any, ...]) -> PermissionRequest:
+    id, session_id, call_id, action, resource, status, decision, reason, created_at = row
+    return PermissionRequest(
+        id=id,
+        session_id=session_id,
+        call_id=call_id,
+        action=action,
+        resource=resource,
+        status=status,
+        decision=decision,
+        reason=load_reason(reason),
+        created_at=created_at,
+    )
+
+
+_FORM_COLUMNS = "id, session_id, call_id, questions, status, answers, reason, created_at"
+
+
+def _form_from_row(row: tuple[Any, ...]) -> Form:
+    id, session_id, call_id, questions, status, answers, reason, created_at = row
+    return Form(
+        id=id,
+        session_id=session_id,
+        call_id=call_id,
+        questions=wire.structure(json.loads(questions), list[Question]),
+        status=status,
+        answers=load_json(answers),
+        reason=load_reason(reason),
+        created_at=created_at,
+    )
+
+
+class Queries:
+    """Reads and writes of every table. No method here commits: the caller owns the transaction."""
+
+    def __init__(self, db: apsw.Connection) -> None:
+        self.db = db
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+        rows = self.db.execute(sql, args).fetchall()
+        return rows[0] if rows else None
+
+    def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, args).fetchall()
+
+    def _next_ord(self, table: str, where: str, args: tuple[Any, ...]) -> int:
+        row = self._one(f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table} WHERE {where}", args)
+        assert row is not None
+        return int(row[0])
+
+    # sessions -------------------------------------------------------------------------------
+    def insert_session(self, session_id: str, title: str, created_at: str) -> None:
+        ord = self._next_ord("sessions", "1", ())
+        self.db.execute(
+            "INSERT INTO sessions(id, title, last_outcome, created_at, ord) VALUES (?, ?, NULL, ?, ?)",
+            (session_id, title, created_at, ord),
+        )
+
+    def get_session(self, session_id: str) -> Session | None:
+        row = self._one(_SESSION_SELECT + " WHERE s.id = ?", (session_id,))
+        return None if row is None else _session_from_row(row)
+
+    def list_sessions(self) -> list[Session]:
+        return [_session_from_row(r) for r in self._all(_SESSION_SELECT + " ORDER BY s.ord")]
+
+    def set_last_outcome(self, session_id: str, outcome: str) -> None:
+        self.db.execute("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
+
+    # turns ----------------------------------------------------------------------------------
+    def insert_turn(self, turn_id: str, session_id: str, prompt: str, created_at: str) -> None:
+        ord = self._next_ord("turns", "session_id = ?", (session_id,))
+        self.db.execute(
+            "INSERT INTO turns(id, session_id, ord, prompt, status, created_at) VALUES (?, ?, ?, ?, 'queued', ?)",
+            (turn_id, session_id, ord, prompt, created_at),
+        )
+
+    def get_turn(self, turn_id: str) -> TurnRow | None:
+        row = self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        return None if row is None else TurnRow.from_row(row)
+
+    def next_turn(self, session_id: str) -> TurnRow | None:
+        """The turn the session should run next: one left unfinished first, then the oldest queued."""
+        row = self._one(
+            f"""SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND status != 'settled'
+                ORDER BY status = 'queued', ord LIMIT 1""",
+            (session_id,),
+        )
+        return None if row is None else TurnRow.from_row(row)
+
+    def unfinished_turns(self) -> list[TurnRow]:
+        """Turns that a previous process left running, stopping or suspended, oldest first."""
+        rows = self._all(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE status IN ('running', 'stopping', 'suspended') ORDER BY rowid"
+        )
+        return [TurnRow.from_row(r) for r in rows]
+
+    def sessions_with_queued_turns(self) -> list[str]:
+        rows = self._all("SELECT DISTINCT session_id FROM turns WHERE status = 'queued' ORDER BY rowid")
+        return [r[0] for r in rows]
+
+    def set_turn_status(self, turn_id: str, status: str) -> None:
+        self.db.execute("UPDATE turns SET status = ? WHERE id = ?", (status, turn_id))
+
+    def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
+        """Durable intent: mark a running turn as stopping with ``reason``. False if it was not running."""
+        self.db.execute(
+            "UPDATE turns SET status = 'stopping', stop_reason = ? WHERE id = ? AND status = 'running'",
+            (dump_reason(reason), turn_id),
+        )
+        return self.db.changes() == 1
+
+    def settle_turn(self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None) -> None:
+        self.db.execute(
+            "UPDATE turns SET status = ?, stop_reason = ?, outcome = ? WHERE id = ?",
+            (status, dump_reason(reason), outcome, turn_id),
+        )
+
+    def mark_resumed(self, turn_id: str, after: str) -> None:
+        self.db.execute(
+            "UPDATE turns SET status = 'running', stop_reason = NULL, resumes = resumes + 1, "
+            "suspended_after = ? WHERE id = ?",
+            (after, turn_id),
+        )
+
+    # steps ----------------------------------------------------------------------------------
+    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
+        """Insert a running step; returns the session's 0-based model request index."""
+        index = self._one("SELECT COUNT(*) FROM steps WHERE session_id = ?", (session_id,))
+        ord = self._next_ord("steps", "turn_id = ?", (turn_id,))
+        self.db.execute(
+            "INSERT INTO steps(id, session_id, turn_id, ord, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+            (step_id, session_id, turn_id, ord, created_at),
+        )
+        assert index is not None
+        return int(index[0])
+
+    def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None:
+        self.db.execute(
+            "UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, dump_reason(reason), step_id)
+        )
+
+    def running_steps(self, turn_id: str) -> list[str]:
+        rows = self._all(
+            "SELECT id FROM steps WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,)
+        )
+        return [r[0] for r in rows]
+
+    # messages -------------------------------------------------------------------------------
+    def insert_message(
+        self, message_id: str, session_id: str, turn_id: str, role: str, created_at: str
+    ) -> None:
+        ord = self._next_ord("messages", "session_id = ?", (session_id,))
+        self.db.execute(
+            "INSERT INTO messages(id, session_id, turn_id, role, ord, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (message_id, session_id, turn_id, role, ord, created_at),
+        )
+
+    def add_text_part(self, message_id: str, text: str) -> None:
+        ord = self._next_ord("parts", "message_id = ?", (message_id,))
+        self.db.execute(
+            "INSERT INTO parts(message_id, ord, kind, text) VALUES (?, ?, 'text', ?)", (message_id, ord, text)
+        )
+
+    def add_tool_part(self, message_id: str, call_id: str) -> None:
+        ord = self._next_ord("parts", "message_id = ?", (message_id,))
+        self.db.execute(
+            "INSERT INTO parts(message_id, ord, kind, call_id) VALUES (?, ?, 'tool', ?)",
+            (message_id, ord, call_id),
+        )
+
+    def history(self, session_id: str) -> list[Message]:
+        """The session's messages with their parts, tool parts joined with their calls."""
+        messages = self._all(
+            "SELECT id, turn_id, role, created_at FROM messages WHERE session_id = ? ORDER BY ord",
+            (session_id,),
+        )
+        calls = {c.call_id: c for c in self.tool_calls_of_session(session_id)}
+        result = []
+        for message_id, turn_id, role, created_at in messages:
+            parts: list[TextPart | ToolPart] = []
+            for kind, text, call_id in self._all(
+                "SELECT kind, text, call_id FROM parts WHERE message_id = ? ORDER BY ord", (message_id,)
+            ):
+                parts.append(TextPart(text=text) if kind == "text" else _tool_part(calls[call_id]))
+            result.append(
+                Message(
+                    id=message_id,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    role=role,
+                    parts=parts,
+                    created_at=created_at,
+                )
+            )
+        return result
+
+    # tool calls -----------------------------------------------------------------------------
+    def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None:
+        ord = self._next_ord("tool_calls", "turn_id = ?", (call.turn_id,))
+        self.db.execute(
+            f"INSERT INTO tool_calls({TOOL_CALL_COLUMNS}, ord, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?)",
+            (
+                call.session_id,
+                call.call_id,
+                call.turn_id,
+                call.step_id,
+                call.parent_call_id,
+                call.model_call_id,
+                call.name,
+                json.dumps(call.input),
+                call.status,
+                ord,
+                created_at,
+            ),
+        )
+
+    def call_id_taken(self, session_id: str, call_id: str) -> bool:
+        row = self._one(
+            "SELECT 1 FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return row is not None
+
+    def get_tool_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
+        row = self._one(
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE session_id = ? AND call_id = ?",
+            (session_id, call_id),
+        )
+        return None if row is None else ToolCallRow.from_row(row)
+
+    def tool_calls_of_session(self, session_id: str) -> list[ToolCallRow]:
+        rows = self._all(
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE session_id = ? ORDER BY rowid", (session_id,)
+        )
+        return [ToolCallRow.from_row(r) for r in rows]
+
+    def tool_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
+        rows = self._all(
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY ord", (turn_id,)
+        )
+        return [ToolCallRow.from_row(r) for r in rows]
+
+    def settle_tool_call(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        output: Any = None,
+        error: ToolError | None = None,
+        partial: Partial | None = None,
+    ) -> bool:
+        """Settle a running call as succeeded (no ``error``) or failed. False if already settled."""
+        status = "failed" if error is not None else "succeeded"
+        self.db.execute(
+            "UPDATE tool_calls SET status = ?, output = ?, error = ?, partial = ? "
+            "WHERE session_id = ? AND call_id = ? AND status = 'running'",
+            (
+                status,
+                None if error is not None else json.dumps(output),
+                dump_json(error),
+                dump_json(partial),
+                session_id,
+                call_id,
+            ),
+        )
+        return self.db.changes() == 1
+
+    def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None:
+        self.db.execute(
+            "UPDATE tool_calls SET progress = ? WHERE session_id = ? AND call_id = ?",
+            (json.dumps(progress), session_id, call_id),
+        )
+
+    # claims and instances -------------------------------------------------------------------
+    def get_claim(self, session_id: str) -> ClaimRow | None:
+        row = self._one(
+            "SELECT session_id, owner, epoch, state, since FROM claims WHERE session_id = ?", (session_id,)
+        )
+        return None if row is None else ClaimRow.from_row(row)
+
+    def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
+        """Compare-and-set: take the claim if released, or (``takeover_from``) held by that owner.
+
+        Returns the new epoch, or 0 when another owner holds the claim.
+        """
+        self.db.execute(
+            "INSERT OR IGNORE INTO claims(session_id, owner, epoch, state, since) VALUES (?, NULL, 0, 'released', NULL)",
+            (session_id,),
+        )
+        self.db.execute(
+            "UPDATE claims SET owner = ?, epoch = epoch + 1, state = 'held', since = ? "
+            "WHERE session_id = ? AND (state = 'released' OR owner IS ?)",
+            (owner, since, session_id, takeover_from),
+        )
+        if self.db.changes() != 1:
+            return 0
+        claim = self.get_claim(session_id)
+        assert claim is not None
+        return claim.epoch
+
+    def fence(self, session_id: str, owner: str, epoch: int) -> None:
+        """Raise ``Fenced`` unless ``owner`` still holds the claim at ``epoch``."""
+        claim = self.get_claim(session_id)
+        if claim is None or claim.owner != owner or claim.epoch != epoch or claim.state != "held":
+            raise errors.Fenced(session_id=session_id, epoch=epoch)
+
+    def set_claim_state(self, session_id: str, state: str) -> None:
+        """``released`` (the owner is cleared) or ``suspended`` (the owner is kept for the record)."""
+        if state == "released":
+            self.db.execute(
+                "UPDATE claims SET state = 'released', owner = NULL, since = NULL WHERE session_id = ?",
+                (session_id,),
+            )
+        else:
+            self.db.execute("UPDATE claims SET state = ? WHERE session_id = ?", (state, session_id))
+
+    def claims_in_state(self, state: str) -> list[ClaimRow]:
+        rows = self._all(
+            "SELECT session_id, owner, epoch, state, since FROM claims WHERE state = ?", (state,)
+        )
+        return [ClaimRow.from_row(r) for r in rows]
+
+    def register_instance(self, instance: InstanceRow, started_at: str) -> None:
+        self.db.execute(
+            "INSERT INTO instances(id, host, pid, boot_id, started_at, heartbeat, stopped) VALUES (?, ?, ?, ?, ?, ?, 0)",
+            (instance.id, instance.host, instance.pid, instance.boot_id, started_at, instance.heartbeat),
+        )
+
+    def beat(self, instance_id: str, heartbeat: float) -> None:
+        self.db.execute("UPDATE instances SET heartbeat = ? WHERE id = ?", (heartbeat, instance_id))
+
+    def mark_instance_stopped(self, instance_id: str) -> None:
+        self.db.execute("UPDATE instances SET stopped = 1 WHERE id = ?", (instance_id,))
+
+    def get_instance(self, instance_id: str) -> InstanceRow | None:
+        row = self._one(
+            "SELECT id, host, pid, boot_id, heartbeat, stopped FROM instances WHERE id = ?", (instance_id,)
+        )
+        return None if row is None else InstanceRow.from_row(row)
+
+    # permission requests and rules ----------------------------------------------------------
+    def insert_permission(self, request: PermissionRequest, turn_id: str, deadline_at: float | None) -> None:
+        ord = self._next_ord("permission_requests", "1", ())
+        self.db.execute(
+            "INSERT INTO permission_requests(id, session_id, turn_id, call_id, action, resource, status, "
+            "created_at, deadline_at, ord) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                request.id,
+                request.session_id,
+                turn_id,
+                request.call_id,
+                request.action,
+                request.resource,
+                request.created_at,
+                deadline_at,
+                ord,
+            ),
+        )
+
+    def get_permission(self, request_id: str) -> PermissionRequest | None:
+        row = self._one(f"SELECT {_PERMISSION_COLUMNS} FROM permission_requests WHERE id = ?", (request_id,))
+        return None if row is None else _permission_from_row(row)
+
+    def permission_wait_row(self, request_id: str) -> WaitRow | None:
+        row = self._one(
+            "SELECT turn_id, deadline_at, message FROM permission_requests WHERE id = ?", (request_id,)
+        )
+        return None if row is None else WaitRow(turn_id=row[0], deadline_at=row[1], message=row[2])
+
+    def pending_permissions(
+        self, session_id: str | None = None, turn_id: str | None = None
+    ) -> list[PermissionRequest]:
+        sql = f"SELECT {_PERMISSION_COLUMNS} FROM permission_requests WHERE status = 'pending'"
+        args: tuple[Any, ...] = ()
+        if session_id is not None:
+            sql, args = sql + " AND session_id = ?", (*args, session_id)
+        if turn_id is not None:
+            sql, args = sql + " AND turn_id = ?", (*args, turn_id)
+        return [_permission_from_row(r) for r in self._all(sql + " ORDER BY ord", args)]
+
+    def pending_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None:
+        row = self._one(
+            f"SELECT {_PERMISSION_COLUMNS} FROM permission_requests "
+            "WHERE session_id = ? AND call_id = ? AND status = 'pending'",
+            (session_id, call_id),
+        )
+        return None if row is None else _permission_from_row(row)
+
+    def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
+        self.db.execute(
+            "UPDATE permission_requests SET status = 'replied', decision = ?, message = ? "
+            "WHERE id = ? AND status = 'pending'",
+            (decision, message, request_id),
+        )
+        return self.db.changes() == 1
+
+    def revoke_permission(self, request_id: str, reason: StopReason) -> bool:
+        self.db.execute(
+            "UPDATE permission_requests SET status = 'revoked', reason = ? WHERE id = ? AND status = 'pending'",
+            (dump_reason(reason), request_id),
+        )
+        return self.db.changes() == 1
+
+    def session_rules(self, session_id: str) -> list[Rule]:
+        rows = self._all(
+            "SELECT action, resource, effect FROM session_rules WHERE session_id = ? ORDER BY ord",
+            (session_id,),
+        )
+        return [Rule(action=a, resource=r, effect=e) for a, r, e in rows]
+
+    def add_session_rule(self, session_id: str, rule: Rule) -> None:
+        ord = self._next_ord("session_rules", "session_id = ?", (session_id,))
+        self.db.execute(
+            "INSERT INTO session_rules(session_id, ord, action, resource, effect) VALUES (?, ?, ?, ?, ?)",
+            (session_id, ord, rule.action, rule.resource, rule.effect),
+        )
+
+    # forms ----------------------------------------------------------------------------------
+    def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None:
+        ord = self._next_ord("forms", "1", ())
+        self.db.execute(
+            "INSERT INTO forms(id, session_id, turn_id, call_id, questions, status, created_at, deadline_at, ord) "
+            "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                form.id,
+                form.session_id,
+                turn_id,
+                form.call_id,
+                json.dumps(wire.unstructure(form.questions)),
+                form.created_at,
+                deadline_at,
+                ord,
+            ),
+        )
+
+    def get_form(self, form_id: str) -> Form | None:
+        row = self._one(f"SELECT {_FORM_COLUMNS} FROM forms WHERE id = ?", (form_id,))
+        return None if row is None else _form_from_row(row)
+
+    def form_wait_row(self, form_id: str) -> WaitRow | None:
+        row = self._one("SELECT turn_id, deadline_at, message FROM forms WHERE id = ?", (form_id,))
+        return None if row is None else WaitRow(turn_id=row[0], deadline_at=row[1], message=row[2])
+
+    def pending_forms(self, session_id: str | None = None, turn_id: str | None = None) -> list[Form]:
+        sql = f"SELECT {_FORM_COLUMNS} FROM forms WHERE status = 'pending'"
+        args: tuple[Any, ...] = ()
+        if session_id is not None:
+            sql, args = sql + " AND session_id = ?", (*args, session_id)
+        if turn_id is not None:
+            sql, args = sql + " AND turn_id = ?", (*args, turn_id)
+        return [_form_from_row(r) for r in self._all(sql + " ORDER BY ord", args)]
+
+    def pending_form_of_call(self, session_id: str, call_id: str) -> Form | None:
+        row = self._one(
+            f"SELECT {_FORM_COLUMNS} FROM forms WHERE session_id = ? AND call_id = ? AND status = 'pending'",
+            (session_id, call_id),
+        )
+        return None if row is None else _form_from_row(row)
+
+    def settle_form(
+        self,
+        form_id: str,
+        status: str,
+        *,
+        answers: dict[str, str] | None = None,
+        message: str | None = None,
+        reason: StopReason | None = None,
+    ) -> bool:
+        self.db.execute(
+            "UPDATE forms SET status = ?, answers = ?, message = ?, reason = ? WHERE id = ? AND status = 'pending'",
+            (status, None if answers is None else json.dumps(answers), message, dump_reason(reason), form_id),
+        )
+        return self.db.changes() == 1
+
+    # events ---------------------------------------------------------------------------------
+    def events_after(self, after: int, session_id: str | None = None, limit: int = 500) -> list[Event]:
+        if session_id is None:
+            rows = self._all(
+                "SELECT seq, type, session_id, at, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
+            )
+        else:
+            rows = self._all(
+                "SELECT seq, type, session_id, at, payload FROM events WHERE session_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (session_id, after, limit),
+            )
+        return [
+            Event(seq=seq, type=type, session_id=sid, at=at, payload=json.loads(payload))
+            for seq, type, sid, at, payload in rows
+        ]
+
+    def last_seq(self) -> int:
+        row = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")
+        assert row is not None
+        return int(row[0])
+
+
+def _tool_part(call: ToolCallRow) -> ToolPart:
+    state = call.status if call.status in ("succeeded", "failed") else "running"
+    return ToolPart(
+        call_id=call.call_id,
+        name=call.name,
+        input=call.input,
+        state=state,  # type: ignore[arg-type]
+        output=call.output,
+        error=call.error,
+        partial=call.partial,
+    )

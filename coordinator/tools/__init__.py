@@ -1,0 +1,1 @@
+"""Tools a model may call: built-ins (``shell``, ``question``, ``execute``) and plugins."""

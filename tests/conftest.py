@@ -1,0 +1,81 @@
+"""Cross-cutting fixtures: a coordinator on a real SQLite file, and an event recorder."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from coordinator import Coordinator, open_coordinator
+from coordinator.config import Config, TimeoutsConfig
+from coordinator.events import Event
+from coordinator.models.scripted import ScriptedModel
+from coordinator.records import Rule
+
+
+@attrs.define
+class Recorder:
+    """Every event a subscriber saw, in order, and a way to wait for one."""
+
+    events: list[Event] = attrs.Factory(list)
+    _changed: trio.Event = attrs.Factory(trio.Event)
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def types(self, session_id: str | None = None) -> list[str]:
+        return [e.type for e in self.events if session_id is None or e.session_id == session_id]
+
+    def of(self, type: str) -> list[Event]:
+        return [e for e in self.events if e.type == type]
+
+    async def wait_for(self, type: str, count: int = 1) -> Event:
+        while len(self.of(type)) < count:
+            await self._changed.wait()
+        return self.of(type)[count - 1]
+
+
+def make_config(
+    tmp_path: Path, *, rules: tuple[Rule, ...] = (), timeouts: TimeoutsConfig | None = None, **server: Any
+) -> Config:
+    config = Config(base_dir=tmp_path, permission=rules, timeouts=timeouts or TimeoutsConfig())
+    return config.with_overrides(db=str(tmp_path / "db.sqlite"), **server)
+
+
+ASK_SHELL = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", resource="*", effect="ask"))
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: Config, script: list[dict[str, Any]] | None = None, **kwargs: Any
+) -> AsyncIterator[tuple[Coordinator, Recorder]]:
+    """A coordinator with a recorder subscribed from seq 0, both closed on exit."""
+    model = ScriptedModel.from_json(script) if script is not None else None
+    async with open_coordinator(config, model=model, synchronous="normal", **kwargs) as coord:
+        recorder = Recorder()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_record, coord, recorder)
+            yield coord, recorder
+            nursery.cancel_scope.cancel()
+
+
+async def _record(coord: Coordinator, recorder: Recorder) -> None:
+    async for event in coord.subscribe(after=0):
+        recorder.add(event)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return make_config(tmp_path, rules=ASK_SHELL)
+
+
+@pytest.fixture
+def open_running() -> Callable[..., Any]:
+    return running
