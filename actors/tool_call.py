@@ -19,15 +19,15 @@ from typing import Any
 import structlog
 import trio
 
-from actors import permission_wait, question_form
+from actors import permission_wait, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events, permissions
 from coordinator.errors import ToolFailure
-from coordinator.records import Partial, PermissionRequest, Question, ToolError
+from coordinator.records import Partial, PermissionRequest, ToolError
 from coordinator.store import Queries
 from coordinator.store.rows import ToolCallRow
-from coordinator.tools.base import FormReply, Tool, ToolContext
+from coordinator.tools.base import CallResult, Tool, ToolContext
 
 log = structlog.get_logger()
 
@@ -39,14 +39,14 @@ async def run(
     *,
     restore: PermissionRequest | None = None,
     task_status: trio.TaskStatus[ActorHandle] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run ``call`` (stored as running, its start published) to its one settlement.
+) -> CallResult:
+    """Run ``call`` (stored as running, its start published) to its one settlement, and return it.
 
     **Cancellation:** the call fails with the turn's reason and its partial result, or, for a shutdown
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
     """
     handle = parent.child("tool_call", call.call_id)
-    context = _tool_context(turn, handle, call)
+    context = tool_services.build_context(turn, handle, call)
     with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
         task_status.started(handle)
         try:
@@ -56,36 +56,15 @@ async def run(
             # A finished result is kept even if a stop arrives now: settle it shielded.
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_failed(turn, call, error, _partial(context, failure.partial))
+            return CallResult(call_id=call.call_id, status="failed", error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_stopped(turn, handle, call, context)
             raise
-        else:
-            with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_succeeded(turn, call, output)
-
-
-def _tool_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
-    context = ToolContext(
-        session_id=turn.session_id,
-        call_id=call.call_id,
-        workdir=turn.runtime.workdir,
-        report_progress=lambda detail: None,
-    )
-
-    def report_progress(detail: Any) -> None:
-        context.latest_progress = detail
-
-    async def open_form(questions: list[Question]) -> FormReply:
-        form = await question_form.run(turn, handle, call_id=call.call_id, questions=questions)
-        if form.status == "submitted":
-            return FormReply(answers=dict(form.answers or {}))
-        wait = turn.runtime.store.read.form_wait_row(form.id)
-        return FormReply(answers=None, message=None if wait is None else wait.message)
-
-    context.report_progress = report_progress
-    context.open_form = open_form
-    return context
+        with trio.move_on_after(SETTLE_SECONDS, shield=True):
+            await _settle_succeeded(turn, call, output)
+        return CallResult(call_id=call.call_id, status="succeeded", output=output)
+    raise AssertionError("a tool call's own scope is never stopped alone")
 
 
 async def _permit_and_run(
@@ -119,6 +98,9 @@ async def _check_permission(
     replied = await permission_wait.run(
         turn, handle, call_id=call.call_id, action=call.name, resource=resource, restore=restore
     )
+    # A reject without a message has just stopped the turn: let that stop arrive here, so this call
+    # settles with the others (after every wait's revocation) rather than ahead of them.
+    await trio.lowlevel.checkpoint()
     if replied.decision == "reject":
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
@@ -140,8 +122,15 @@ async def _run_bounded(turn: TurnScope, tool: Tool, call: ToolCallRow, context: 
 
 
 def _partial(context: ToolContext, reported: Any = None) -> Partial | None:
+    """What the call had done: logs and finished nested calls (execute), and its latest progress."""
     progress = reported if reported is not None else context.latest_progress
-    return None if progress is None else Partial(progress=progress)
+    if progress is None and not context.logs and not context.calls and call_kind(context) != "execute":
+        return None
+    return Partial(logs=list(context.logs), calls=list(context.calls), progress=progress)
+
+
+def call_kind(context: ToolContext) -> str:
+    return "execute" if context.call_nested is not None and context.write_log is not None else "tool"
 
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:

@@ -59,8 +59,10 @@ class Declined:
     call_id: str
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
-        # The declined call itself is "declined"; its siblings were only stopped because of it.
-        return "declined" if call_id == self.call_id else "interrupted"
+        # The declined call and the execute call that made it (nested ids are "<parent>.<n>") are
+        # "declined"; their siblings were only stopped because of it.
+        declined = call_id == self.call_id or self.call_id.startswith(call_id + ".")
+        return "declined" if declined else "interrupted"
 
     def describe(self) -> str:
         if self.via == "permission":

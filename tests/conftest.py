@@ -57,13 +57,18 @@ async def running(
     config: Config, script: list[dict[str, Any]] | None = None, **kwargs: Any
 ) -> AsyncIterator[tuple[Coordinator, Recorder]]:
     """A coordinator with a recorder subscribed from seq 0, both closed on exit."""
-    model = ScriptedModel.from_json(script) if script is not None else None
-    async with open_coordinator(config, model=model, synchronous="normal", **kwargs) as coord:
+    if script is not None:
+        kwargs["model"] = ScriptedModel.from_json(script)
+    async with open_coordinator(config, synchronous="normal", **kwargs) as coord:
         recorder = Recorder()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_record, coord, recorder)
-            yield coord, recorder
-            nursery.cancel_scope.cancel()
+            try:
+                yield coord, recorder
+            finally:
+                # Shut down while still recording, so the test sees the shutdown's events; the
+                # subscription ends by itself once the bus closes.
+                await coord.shutdown()
 
 
 async def _record(coord: Coordinator, recorder: Recorder) -> None:

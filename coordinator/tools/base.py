@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
 from coordinator.models.base import ToolSpec
-from coordinator.records import Question
+from coordinator.records import NestedCall, Question, ToolError
 
 
 @attrs.frozen
@@ -26,18 +26,39 @@ class FormOpener(Protocol):
     async def __call__(self, questions: list[Question]) -> FormReply: ...
 
 
-class NestedCaller(Protocol):
-    """Runs a nested tool call under the calling tool (``execute`` uses it)."""
+@attrs.frozen(kw_only=True)
+class CallResult:
+    """How a tool call settled: ``output`` when it succeeded, ``error`` when it failed."""
 
-    async def __call__(self, name: str, input: dict[str, Any]) -> Any: ...
+    call_id: str
+    status: Literal["succeeded", "failed"]
+    output: Any = None
+    error: ToolError | None = None
+
+
+class NestedCaller(Protocol):
+    """Runs a nested tool call as a child actor of the calling tool's actor (``execute`` uses it).
+
+    The call goes through permission rules, deadlines and events exactly as a top-level call; when it
+    settles, it is added to the caller's ``calls`` and published as ``session.tool.progress``.
+    """
+
+    async def __call__(self, name: str, input: Any) -> CallResult: ...
+
+
+class LogWriter(Protocol):
+    """Appends a line to the caller's ``logs`` and publishes it as ``session.tool.progress``."""
+
+    async def __call__(self, line: str) -> None: ...
 
 
 @attrs.define(kw_only=True)
 class ToolContext:
     """Owned by one tool-call actor while its tool runs.
 
-    ``report_progress`` records the latest progress detail (stored and published by the actor); a stop
-    puts that detail into the call's partial result, so work done so far is never lost.
+    ``report_progress`` records the latest progress detail; ``logs`` and ``calls`` collect what a script
+    printed and which nested calls finished. A stop puts all three into the call's partial result, so
+    work done so far is never lost.
     """
 
     session_id: str
@@ -45,8 +66,11 @@ class ToolContext:
     workdir: Path
     report_progress: Callable[[Any], None]
     call_nested: NestedCaller | None = None
+    write_log: LogWriter | None = None
     open_form: FormOpener | None = None
     latest_progress: Any = None
+    logs: list[str] = attrs.Factory(list)
+    calls: list[NestedCall] = attrs.Factory(list)
 
 
 ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]

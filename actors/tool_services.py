@@ -1,0 +1,113 @@
+"""What a running tool may ask of its tool-call actor: progress, forms, nested calls and log lines."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from actors import question_form
+from actors.context import TurnScope
+from actors.handle import ActorHandle
+from coordinator import events
+from coordinator.errors import ToolFailure
+from coordinator.records import NestedCall, Question
+from coordinator.store.rows import ToolCallRow
+from coordinator.store.sqlite import now_rfc3339
+from coordinator.tools.base import CallResult, FormReply, ToolContext
+
+# A finished nested call's output in a partial result and in progress events is a preview of at most
+# this many characters (of its JSON); the full output stays in the store, on the nested call's row.
+PREVIEW_CHARS = 2000
+
+
+def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
+    """The context the tool of ``call`` runs with; its state is read back for the partial result."""
+    context = ToolContext(
+        session_id=turn.session_id,
+        call_id=call.call_id,
+        workdir=turn.runtime.workdir,
+        report_progress=lambda detail: None,
+    )
+    numbers = itertools.count(1)
+
+    def report_progress(detail: Any) -> None:
+        context.latest_progress = detail
+
+    async def open_form(questions: list[Question]) -> FormReply:
+        form = await question_form.run(turn, handle, call_id=call.call_id, questions=questions)
+        if form.status == "submitted":
+            return FormReply(answers=dict(form.answers or {}))
+        wait = turn.runtime.store.read.form_wait_row(form.id)
+        return FormReply(answers=None, message=None if wait is None else wait.message)
+
+    async def call_nested(name: str, input: Any) -> CallResult:
+        nested = await _start_nested(turn, call, f"{call.call_id}.{next(numbers)}", name, input)
+        from actors import tool_call  # a nested call is a tool-call actor under this one
+
+        result = await tool_call.run(turn, handle, nested)
+        await _record_nested(turn, context, nested, result)
+        return result
+
+    async def write_log(line: str) -> None:
+        context.logs.append(line)
+        async with turn.write() as tx:
+            tx.emit(events.tool_progress_log(turn.session_id, call.call_id, line))
+
+    context.report_progress = report_progress
+    context.open_form = open_form
+    if call.name == "execute":
+        context.call_nested = call_nested
+        context.write_log = write_log
+    return context
+
+
+async def _start_nested(
+    turn: TurnScope, parent: ToolCallRow, call_id: str, name: str, input: Any
+) -> ToolCallRow:
+    if not isinstance(name, str) or not name:
+        raise ToolFailure(type="error", message="a nested call needs a tool name")
+    nested = ToolCallRow(
+        session_id=turn.session_id,
+        call_id=call_id,
+        turn_id=turn.turn_id,
+        step_id=parent.step_id,
+        parent_call_id=parent.call_id,
+        model_call_id=None,
+        name=name,
+        input=input,
+        status="running",
+        output=None,
+        error=None,
+        partial=None,
+        progress=None,
+    )
+    async with turn.write() as tx:
+        tx.insert_tool_call(nested, now_rfc3339())
+        tx.emit(events.tool_started(turn.session_id, turn.turn_id, call_id, name, input, parent.call_id))
+    return nested
+
+
+async def _record_nested(
+    turn: TurnScope, context: ToolContext, nested: ToolCallRow, result: CallResult
+) -> None:
+    """Add a settled nested call to the caller's finished calls and publish it as progress."""
+    output = preview(result.output) if result.status == "succeeded" else _error_body(result)
+    finished = NestedCall(
+        call_id=nested.call_id, name=nested.name, input=nested.input, status=result.status, output=output
+    )
+    context.calls.append(finished)
+    async with turn.write() as tx:
+        tx.emit(events.tool_progress_nested(turn.session_id, context.call_id, finished))
+
+
+def _error_body(result: CallResult) -> Any:
+    return None if result.error is None else {"type": result.error.type, "message": result.error.message}
+
+
+def preview(output: Any) -> Any:
+    """``output`` itself when its JSON is short, else its JSON text cut to ``PREVIEW_CHARS``."""
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    if len(text) <= PREVIEW_CHARS:
+        return output
+    return text[:PREVIEW_CHARS] + f"... [{len(text) - PREVIEW_CHARS} characters truncated]"
