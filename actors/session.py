@@ -24,7 +24,7 @@ from actors import step, tool_call
 from actors.context import SETTLE_SECONDS, Runtime, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events
-from coordinator.errors import Fenced
+from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, Shutdown, StopReason, Timeout
 from coordinator.records import PermissionRequest, ToolError
@@ -81,6 +81,9 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
                     return
         except Fenced as exc:
             log.warning("claim_lost", error=str(exc))
+        except StoreError as exc:
+            # What could not be written stays as the store has it; the next start recovers it.
+            log.error("session_store_failed", exc_info=exc)
         finally:
             handle.done.set()
 
@@ -93,6 +96,8 @@ async def _run_turn(
     if scope is None:
         return False
     runtime.turns[turn.id] = handle.turn = scope
+    if handle.shutting_down:
+        scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
     try:
         with structlog.contextvars.bound_contextvars(turn_id=turn.id):
             reason = await _execute(runtime, scope, turn, takeover)
@@ -150,14 +155,27 @@ async def _execute(
                     await _resume(scope, takeover)
                 await _drive(scope)
                 nursery.cancel_scope.cancel(reason="turn finished: stop the deadline timer")
-    except Fenced:
-        raise
     except Exception as exc:
+        fenced = _find(exc, Fenced)
+        if fenced is not None:
+            raise fenced from exc
         log.error("turn_failed", exc_info=exc)
         return scope.handle.reason or Failure(message=f"internal error: {type(exc).__name__}: {exc}")
     if scope.handle.scope.cancelled_caught:
         return scope.handle.reason_or_failure()
     return scope.handle.reason
+
+
+def _find(exc: BaseException, kind: type[Fenced]) -> Fenced | None:
+    """The ``kind`` exception in ``exc`` or in the exception groups nurseries wrapped it in."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 async def _turn_deadline(scope: TurnScope, limit: float) -> None:

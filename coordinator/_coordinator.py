@@ -141,6 +141,18 @@ class Coordinator:
             async for event in events:
                 yield event
 
+    async def abandon(self) -> None:
+        """Drop everything as a crash would (tests and the chaos campaign): nothing more is written.
+
+        Every later commit fails, the actors are torn down without settling, and this instance counts
+        as dead, so the next ``open_coordinator`` on the database resumes its turns as after a crash.
+        """
+        self._closing = True
+        self._runtime.store.before_commit = _crashed
+        claims.LIVE_IN_THIS_PROCESS.discard(self._runtime.instance_id)
+        await self._registry.abandon()
+        self._runtime.bus.close()
+
     async def shutdown(self) -> None:
         """Suspend every running turn with reason shutdown, within ``[server] shutdown_grace``.
 
@@ -205,7 +217,7 @@ async def open_coordinator(
                     yield coordinator
                 finally:
                     await coordinator.shutdown()
-                    with trio.move_on_after(5, shield=True):
+                    with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):
                         async with store.transaction() as tx:
                             tx.mark_instance_stopped(instance.id)
                     claims.LIVE_IN_THIS_PROCESS.discard(instance.id)
@@ -214,6 +226,10 @@ async def open_coordinator(
             claims.LIVE_IN_THIS_PROCESS.discard(instance.id)
             with trio.move_on_after(5, shield=True):
                 await chosen_model.aclose()
+
+
+def _crashed() -> None:
+    raise errors.StoreError("the coordinator was abandoned: nothing more is written")
 
 
 async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordinator:

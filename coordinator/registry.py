@@ -11,6 +11,7 @@ from actors import session
 from actors.context import Runtime
 from actors.session import SessionHandle, Takeover
 from coordinator.claims import Liveness
+from coordinator.reasons import Failure
 
 log = structlog.get_logger()
 
@@ -70,6 +71,17 @@ class Registry:
         for session_id in [*started, *read.sessions_with_queued_turns()]:
             self.ensure_running(session_id)
         return started
+
+    async def abandon(self) -> None:
+        """Tear every actor down without a settlement (the store refuses writes by now)."""
+        self.closed = True
+        actors = list(self._actors.values())
+        for handle in actors:
+            handle.shutting_down = True
+            if handle.turn is not None:
+                handle.turn.handle.stop(Failure(message="the coordinator was abandoned"))
+        for handle in actors:
+            await handle.done.wait()
 
     async def shutdown(self) -> None:
         """Suspend every running turn with reason shutdown and wait for every actor to settle.
