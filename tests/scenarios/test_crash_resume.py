@@ -65,7 +65,7 @@ async def test_a_crash_while_a_tool_runs_fails_it_as_interrupted_and_asks_again(
     config = config_for(tmp_path)
     session_id, _, before = await crash_at(config, [SLOW_CALL, DONE], "session.tool.started")
     model = CountingModel(ScriptedModel.from_json([DONE]))
-    async with running(config, model=model) as (coord, recorder):
+    async with running(config, model=model) as (_, recorder):
         await recorder.wait_for("session.idle")
         assert recorder.types(session_id)[len(before) :] == [
             "session.execution.resumed",
