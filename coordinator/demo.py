@@ -1,0 +1,186 @@
+"""``coordinator demo``: four short stories on a temporary database, each turn's events printed readably.
+
+1. a normal turn: the model runs a shell command, then answers;
+2. a declined turn: the user rejects the command, so the turn ends declined and the claim is released;
+3. an interrupted permission wait: the request is revoked and every client is told;
+4. a shutdown with its resume: the wait is kept, and the next start restores it with the same id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+import trio
+
+from coordinator import Coordinator, open_coordinator
+from coordinator.config import Config
+from coordinator.events import Event
+from coordinator.models.scripted import ScriptedModel
+from coordinator.records import Rule
+
+RULES = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", resource="*", effect="ask"))
+ECHO = {
+    "tool_calls": [{"id": "call_echo", "name": "shell", "input": {"command": "echo hello from the demo"}}]
+}
+DONE = {"text": "The command printed its greeting."}
+
+_COLOURS = {
+    "failed": "31",
+    "revoked": "31",
+    "interrupted": "33",
+    "suspended": "35",
+    "resumed": "35",
+    "idle": "32",
+}
+
+
+@attrs.define
+class Printer:
+    """Writes events one a line, coloured on a terminal."""
+
+    out: TextIO
+    colour: bool
+    last_seq: int = 0
+
+    def title(self, text: str) -> None:
+        self.out.write(f"\n{self._paint(text, '1')}\n")
+
+    def note(self, text: str) -> None:
+        self.out.write(f"  {self._paint('» ' + text, '2')}\n")
+
+    def event(self, event: Event) -> None:
+        self.last_seq = event.seq
+        code = next((c for word, c in _COLOURS.items() if event.type.endswith(word)), "36")
+        self.out.write(f"  {event.seq:>4}  {self._paint(f'{event.type:<32}', code)} {summary(event)}\n")
+        self.out.flush()
+
+    def _paint(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.colour else text
+
+
+def summary(event: Event) -> str:
+    """The one detail of an event a person wants to see."""
+    payload = event.payload
+    picks: dict[str, Callable[[], Any]] = {
+        "session.turn.started": lambda: json.dumps(payload["prompt"]),
+        "session.tool.started": lambda: f"{payload['name']} {json.dumps(payload['input'])}",
+        "session.tool.succeeded": lambda: _short(payload["output"]),
+        "session.tool.failed": lambda: f"{payload['error']['type']}: {payload['error']['message']}",
+        "permission.asked": lambda: (
+            f"{payload['request']['action']} {payload['request']['resource']!r}"
+            + (" (restored, same id)" if payload.get("restored") else "")
+        ),
+        "permission.replied": lambda: payload["decision"],
+        "session.idle": lambda: f"outcome {payload['outcome']}",
+        "session.execution.resumed": lambda: f"after {payload['after']}",
+    }
+    if event.type in picks:
+        return str(picks[event.type]())
+    if "reason" in payload:
+        return json.dumps(payload["reason"])
+    return ""
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+@contextlib.asynccontextmanager
+async def _watched(
+    db: Path, script: list[dict[str, Any]], printer: Printer, after: int
+) -> AsyncIterator[tuple[Coordinator, Callable[[str], Any]]]:
+    """A coordinator on ``db`` whose events after seq ``after`` are printed as they come."""
+    config = Config(permission=RULES, base_dir=db.parent).with_overrides(db=str(db))
+    seen: dict[str, trio.Event] = {}
+
+    async def wait_for(type: str) -> None:
+        await seen.setdefault(type, trio.Event()).wait()
+
+    async with open_coordinator(config, model=ScriptedModel.from_json(script), synchronous="normal") as coord:
+        async with trio.open_nursery() as nursery:
+
+            async def show() -> None:
+                async for event in coord.subscribe(after=after):
+                    printer.event(event)
+                    seen.setdefault(event.type, trio.Event()).set()
+
+            nursery.start_soon(show)
+            yield coord, wait_for
+            await coord.shutdown()
+
+
+async def _request_id(coord: Coordinator, session_id: str) -> str:
+    pending = await coord.pending_permissions(session_id)
+    return pending[0].id
+
+
+async def _story(db: Path, printer: Printer, title: str, script: list[dict[str, Any]], act: Any) -> None:
+    printer.title(title)
+    async with _watched(db, script, printer, printer.last_seq) as (coord, wait_for):
+        session = await coord.create_session(title=title)
+        await coord.prompt(session.id, "say hello")
+        await act(coord, session.id, wait_for, printer)
+
+
+async def _approve(coord: Coordinator, session_id: str, wait_for: Any, printer: Printer) -> None:
+    await wait_for("permission.asked")
+    printer.note("the user allows the command once")
+    await coord.reply_permission(session_id, await _request_id(coord, session_id), "once")
+    await wait_for("session.idle")
+
+
+async def _reject(coord: Coordinator, session_id: str, wait_for: Any, printer: Printer) -> None:
+    await wait_for("permission.asked")
+    printer.note("the user rejects the command")
+    await coord.reply_permission(session_id, await _request_id(coord, session_id), "reject")
+    await wait_for("session.idle")
+    info = await coord.get_session(session_id)
+    printer.note(f"claim {info.claim}, last outcome {info.last_outcome}: nothing will resume this turn")
+
+
+async def _interrupt(coord: Coordinator, session_id: str, wait_for: Any, printer: Printer) -> None:
+    await wait_for("permission.asked")
+    printer.note("the user presses stop while the permission prompt is open")
+    await coord.interrupt(session_id)
+    await wait_for("session.idle")
+    printer.note("the prompt was revoked, so every client removes it: no reply will ever 404")
+
+
+async def _shutdown_and_resume(db: Path, printer: Printer) -> None:
+    printer.title("4. A shutdown keeps the wait; the next start restores it")
+    async with _watched(db, [ECHO, DONE], printer, printer.last_seq) as (coord, wait_for):
+        session = await coord.create_session(title="shutdown")
+        await coord.prompt(session.id, "say hello")
+        await wait_for("permission.asked")
+        printer.note("the server shuts down while the prompt is open")
+    printer.note("the server starts again on the same database")
+    async with _watched(db, [DONE], printer, printer.last_seq) as (coord, wait_for):
+        await wait_for("permission.asked")
+        printer.note("the user allows the restored request, by its original id")
+        await coord.reply_permission(session.id, await _request_id(coord, session.id), "once")
+        await wait_for("session.idle")
+
+
+async def run_demo(out: TextIO, *, colour: bool) -> None:
+    printer = Printer(out=out, colour=colour)
+    with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as folder:
+        db = Path(folder) / "demo.sqlite"
+        await _story(db, printer, "1. A normal turn", [ECHO, DONE], _approve)
+        await _story(db, printer, "2. A declined tool call ends the turn as declined", [ECHO, DONE], _reject)
+        await _story(db, printer, "3. An interrupted permission wait is revoked", [ECHO, DONE], _interrupt)
+        await _shutdown_and_resume(db, printer)
+    out.write("\n")
+
+
+def main(args: Any = None) -> int:
+    """Run the four stories and print them; exit code 0."""
+    trio.run(lambda: run_demo(sys.stdout, colour=sys.stdout.isatty()))
+    return 0

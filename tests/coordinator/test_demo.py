@@ -1,0 +1,24 @@
+"""``coordinator demo`` tells its four stories, each ending as the contract says."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from coordinator.demo import run_demo
+
+
+async def test_the_demo_tells_four_stories_with_the_right_endings() -> None:
+    """A newcomer's first look must show each stop with its reason."""
+    out = io.StringIO()
+    await run_demo(out, colour=False)
+    text = out.getvalue()
+    stories = re.split(r"\n\d\. ", text)[1:]
+    assert len(stories) == 4
+    assert "session.idle                     outcome succeeded" in stories[0]
+    assert '"type": "declined", "via": "permission"' in stories[1]
+    assert "outcome declined" in stories[1]
+    assert "permission.revoked" in stories[2] and "outcome interrupted" in stories[2]
+    assert "session.execution.suspended" in stories[3]
+    assert "(restored, same id)" in stories[3] and "outcome succeeded" in stories[3]
+    assert "\x1b[" not in text
