@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,15 +131,15 @@ class Coordinator:
         self._session(session_id)
         return await decisions.dismiss_form(self._runtime, session_id, form_id, message)
 
-    async def subscribe(self, *, after: int = 0, session_id: str | None = None) -> AsyncIterator[Event]:
-        """Every event after seq ``after``, replayed from the store, then live until shutdown."""
+    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> AsyncGenerator[Event, None]:
+        """Every event after seq ``after``, replayed from the store, then live until shutdown.
+
+        Use it as ``async for event in coord.subscribe(after=seq)``; a lagging subscriber falls back to
+        the store and never loses an event. **Raises:** ``SessionNotFound``.
+        """
         if session_id is not None:
             self._session(session_id)
-        async with contextlib.aclosing(
-            self._runtime.bus.subscribe(after=after, session_id=session_id)
-        ) as events:
-            async for event in events:
-                yield event
+        return self._runtime.bus.subscribe(after=after, session_id=session_id)
 
     async def abandon(self) -> None:
         """Drop everything as a crash would (tests and the chaos campaign): nothing more is written.
@@ -216,7 +216,8 @@ async def open_coordinator(
                 try:
                     yield coordinator
                 finally:
-                    await coordinator.shutdown()
+                    with trio.move_on_after(resolved.server.shutdown_grace + 1, shield=True):
+                        await coordinator.shutdown()
                     with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):
                         async with store.transaction() as tx:
                             tx.mark_instance_stopped(instance.id)

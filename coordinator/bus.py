@@ -13,7 +13,7 @@ therefore never loses an event; ``lagged`` counts how often it fell behind.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import structlog
 import trio
@@ -73,7 +73,9 @@ class Bus:
         for live in self._live:
             live.wakeup.set()
 
-    async def subscribe(self, *, after: int = 0, session_id: str | None = None) -> AsyncIterator[Event]:
+    async def subscribe(
+        self, *, after: int = 0, session_id: str | None = None
+    ) -> AsyncGenerator[Event, None]:
         """Yield every event with seq > ``after`` (of one session, or all), replayed then live.
 
         Waits for new events once caught up; ends when the bus closes.
@@ -95,8 +97,9 @@ class Bus:
             self._live.add(live)
             try:
                 async for event in self._drain(live):
-                    yield event
-                    last = event.seq
+                    if event.seq > last:  # ``after`` may lie ahead of what is committed yet
+                        yield event
+                        last = event.seq
             finally:
                 self._live.discard(live)
 

@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 
 import attrs
 
+from coordinator.reasons import ToolErrorType
+
 
 class CoordinatorError(Exception):
     """Root of every exception the coordinator raises on purpose."""
@@ -220,7 +222,7 @@ class ToolFailure(CoordinatorError):
     reported as type ``error`` with its message.
     """
 
-    type: str
+    type: ToolErrorType
     message: str
     partial: Any = None
 

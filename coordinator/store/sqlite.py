@@ -146,7 +146,7 @@ def _connect(path: str, synchronous: str) -> apsw.Connection:
 
 def _migrate(db: apsw.Connection) -> None:
     with db:
-        version = int(db.execute("PRAGMA user_version").fetchall()[0][0])
+        version = int(str(db.execute("PRAGMA user_version").fetchall()[0][0]))
         if version > len(MIGRATIONS):
             raise errors.SchemaTooNew(
                 f"database schema version {version} is newer than this coordinator's {len(MIGRATIONS)}"

@@ -1,0 +1,126 @@
+"""The store's promises, for every backend: seq, atomic commits with their events, fencing, errors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator import errors
+from coordinator.events import Draft
+from coordinator.store import SqliteStore, open_store
+from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore]:
+    with open_store(str(tmp_path / "store.sqlite"), synchronous="normal") as opened:
+        yield opened
+
+
+def draft(n: int) -> Draft:
+    return Draft(type="test.event", session_id="s", payload={"n": n})
+
+
+async def test_events_commit_with_their_state_and_reach_the_bus_only_after(store: SqliteStore) -> None:
+    """A rolled-back transaction leaves neither its state nor its events, and publishes nothing."""
+    published: list[int] = []
+    store.on_commit(lambda events: published.extend(e.seq for e in events))
+    with pytest.raises(RuntimeError):
+        async with store.transaction() as tx:
+            tx.insert_session("s1", "t", "now")
+            tx.emit(draft(1))
+            raise RuntimeError("boom")
+    assert store.read.get_session("s1") is None
+    assert store.read.events_after(0) == [] and published == []
+    async with store.transaction() as tx:
+        tx.insert_session("s1", "t", "now")
+        tx.emit(draft(2))
+    assert store.read.get_session("s1") is not None
+    # A rolled-back seq was never published, so the next commit may take it.
+    assert published == [e.seq for e in store.read.events_after(0)] == [1]
+
+
+async def test_seq_survives_a_reopen_and_is_never_reused(tmp_path: Path) -> None:
+    """A restarted store continues after its highest seq, even one whose transaction rolled back."""
+    path = str(tmp_path / "seq.sqlite")
+    with open_store(path, synchronous="normal") as store:
+        async with store.transaction() as tx:
+            tx.emit(draft(1))
+            tx.emit(draft(2))
+    with open_store(path, synchronous="normal") as store:
+        async with store.transaction() as tx:
+            event = tx.emit(draft(3))
+        assert event.seq == 3
+        assert [e.seq for e in store.read.events_after(0)] == [1, 2, 3]
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.lists(st.booleans(), max_size=5), max_size=12))
+def test_seq_is_strictly_increasing_and_gap_free_per_commit(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[bool]]
+) -> None:
+    """Whatever commits and rollbacks happen, committed seqs strictly increase and a commit's are contiguous."""
+    import trio
+
+    async def scenario() -> None:
+        with open_store(str(tmp_path_factory.mktemp("seq") / "s.sqlite"), synchronous="off") as store:
+            committed: list[list[int]] = []
+            store.on_commit(lambda events: committed.append([e.seq for e in events]))
+            for batch in batches:
+                with contextlib.suppress(ValueError):
+                    async with store.transaction() as tx:
+                        for rollback in batch:
+                            tx.emit(draft(0))
+                            if rollback:
+                                raise ValueError
+            flat = [seq for commit in committed for seq in commit]
+            assert flat == sorted(set(flat))
+            for commit in committed:
+                assert commit == list(range(commit[0], commit[0] + len(commit)))
+            assert [e.seq for e in store.read.events_after(0, limit=10_000)] == flat
+
+    trio.run(scenario)
+
+
+async def test_a_stale_claim_owner_is_fenced_out(store: SqliteStore) -> None:
+    """After a takeover raises the epoch, the old owner's fenced writes fail and write nothing."""
+    async with store.transaction() as tx:
+        tx.insert_session("s1", "t", "now")
+        first = tx.acquire_claim("s1", "owner-a", "now", takeover_from=None)
+        assert tx.acquire_claim("s1", "owner-b", "now", takeover_from=None) == 0
+        second = tx.acquire_claim("s1", "owner-b", "now", takeover_from="owner-a")
+    assert second == first + 1
+    with pytest.raises(errors.Fenced):
+        async with store.transaction() as tx:
+            tx.fence("s1", "owner-a", first)
+            tx.set_last_outcome("s1", "failed")
+    session = store.read.get_session("s1")
+    assert session is not None and session.last_outcome is None
+    async with store.transaction() as tx:
+        tx.fence("s1", "owner-b", second)
+
+
+def test_every_apsw_error_is_translated_at_the_boundary() -> None:
+    """No apsw exception escapes the store: each maps to a StoreError subclass."""
+    for source, target in APSW_ERRORS_MAPPED.items():
+        with pytest.raises(target) as caught, map_apsw_errors():
+            raise source("simulated")
+        assert isinstance(caught.value.__cause__, source)
+    with pytest.raises(errors.StoreError), map_apsw_errors():
+        raise apsw.ConstraintError("any other apsw error")
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A database written by a newer coordinator is not touched."""
+    path = str(tmp_path / "new.sqlite")
+    connection = apsw.Connection(path)
+    connection.execute("PRAGMA user_version=99")
+    connection.close()
+    with pytest.raises(errors.SchemaTooNew), open_store(path):
+        pass
