@@ -1,0 +1,51 @@
+"""A stop's reason travels with its cancellation; a missing one is a loud error, never a shutdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+from structlog.testing import capture_logs
+
+from actors.handle import ActorHandle
+from coordinator.reasons import REASONLESS, Failure, Interrupt, Shutdown
+from tests.conftest import ASK_SHELL, make_config, running
+
+
+async def test_the_first_reason_wins_and_children_read_it_through_their_parent() -> None:
+    turn = ActorHandle(kind="turn", id="t")
+    call = turn.child("tool_call", "c")
+    assert turn.stop(Interrupt(by="api")) is True
+    assert turn.stop(Shutdown()) is False
+    assert call.reason_or_failure() == Interrupt(by="api")
+    assert call.scope.cancel_called is False  # trio cancels the child through the parent's scope
+
+
+def test_a_reasonless_cancellation_settles_as_error_and_is_logged() -> None:
+    with capture_logs() as logs:
+        reason = ActorHandle(kind="step", id="s").reason_or_failure()
+    assert reason == Failure(message=REASONLESS)
+    assert logs == [{"event": "reasonless_cancel", "log_level": "error", "actor": "step", "actor_id": "s"}]
+
+
+async def test_a_turn_cancelled_without_a_reason_fails_and_is_never_suspended(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A bug that cancels a turn without a reason ends it failed, releasing the claim: never a shutdown."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    script = [{"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo"}}]}]
+    async with running(config, script) as (coord, recorder):
+        session = await coord.create_session()
+        turn_id = await coord.prompt(session.id, "go")
+        await recorder.wait_for("permission.asked")
+        with capture_logs() as logs:
+            coord._runtime.turns[turn_id].handle.scope.cancel()  # the bug: no typed reason
+            await recorder.wait_for("session.idle")
+        failed = recorder.of("session.execution.failed")[0]
+        assert failed.payload["reason"] == {"type": "error", "message": REASONLESS}
+        assert "session.execution.suspended" not in recorder.types()
+        assert any(entry["event"] == "reasonless_cancel" for entry in logs)
+        info = await coord.get_session(session.id)
+        assert (info.claim, info.last_outcome) == (None, "failed")
+        await trio.testing.wait_all_tasks_blocked()
