@@ -10,15 +10,13 @@ same id.
 
 from __future__ import annotations
 
-import math
-
 import attrs
 import structlog
 import trio
 
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
-from coordinator import events
+from coordinator import clock, events
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Timeout
 from coordinator.records import Decision, PermissionRequest
@@ -91,15 +89,16 @@ async def _open(
                 status="pending",
                 created_at=now_rfc3339(),
             )
-            deadline_at = None if limit is None else trio.current_time() + limit
-            tx.insert_permission(request, turn.turn_id, None)
+            deadline_at = None if limit is None else clock.wall() + limit
+            tx.insert_permission(request, turn.turn_id, deadline_at)
             tx.emit(events.permission_asked(request, restored=False))
         else:
             request = restore
-            # TODO(#5): a restored wait keeps its original deadline, measured from when it was asked.
-            deadline_at = None if limit is None else trio.current_time() + limit
+            # A restored wait keeps its original deadline, measured from when it was asked.
+            wait = tx.permission_wait_row(request.id)
+            deadline_at = None if wait is None else wait.deadline_at
             tx.emit(events.permission_asked(request, restored=True))
-    return request, (math.inf if deadline_at is None else deadline_at)
+    return request, clock.trio_deadline(deadline_at)
 
 
 async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Replied:

@@ -8,14 +8,12 @@ the turn's reason (``form.revoked``), except for a shutdown, which keeps it pend
 
 from __future__ import annotations
 
-import math
-
 import structlog
 import trio
 
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
-from coordinator import events
+from coordinator import clock, events
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Timeout
 from coordinator.records import Form, Question
@@ -32,7 +30,7 @@ async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: 
     **Cancellation:** the form is revoked with the turn's reason (one ``form.revoked``), or kept pending
     for a shutdown; shielded, bounded by ``SETTLE_SECONDS``.
     """
-    form = await _open(turn, call_id=call_id, questions=questions)
+    form, deadline = await _open(turn, call_id=call_id, questions=questions)
     handle = parent.child("question_form", form.id)
     waiter = turn.runtime.waits.expect(form.id)
     with turn.wait_opened():
@@ -40,11 +38,10 @@ async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: 
             current = turn.runtime.store.read.get_form(form.id)
             if current is not None and current.status != "pending":
                 return await _already_settled(turn, current)
-            limit = turn.runtime.config.timeouts.limit("question")
-            with trio.move_on_after(math.inf if limit is None else limit):
+            with trio.move_on_at(deadline):
                 settled: Form = await waiter.wait()
                 return settled
-            assert limit is not None
+            limit = turn.runtime.config.timeouts.question
             await turn.stop(Timeout(scope="question", after=limit))
             await trio.lowlevel.checkpoint()
             raise AssertionError("a stopped turn did not cancel its question form")
@@ -56,13 +53,18 @@ async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: 
             turn.runtime.waits.forget(form.id)
 
 
-async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> Form:
-    """Store the pending form and publish ``form.asked``, or re-publish a restored one."""
+async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> tuple[Form, float]:
+    """Store the pending form and publish ``form.asked``, or re-publish a restored one.
+
+    Returns the form and its trio deadline: a restored form keeps the deadline it was asked with.
+    """
+    limit = turn.runtime.config.timeouts.limit("question")
     async with turn.write() as tx:
         restored = tx.pending_form_of_call(turn.session_id, call_id)
         if restored is not None:
             tx.emit(events.form_asked(restored, restored=True))
-            return restored
+            wait = tx.form_wait_row(restored.id)
+            return restored, clock.trio_deadline(None if wait is None else wait.deadline_at)
         form = Form(
             id=new_id("frm"),
             session_id=turn.session_id,
@@ -71,9 +73,10 @@ async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> 
             status="pending",
             created_at=now_rfc3339(),
         )
-        tx.insert_form(form, turn.turn_id, None)
+        deadline_at = None if limit is None else clock.wall() + limit
+        tx.insert_form(form, turn.turn_id, deadline_at)
         tx.emit(events.form_asked(form, restored=False))
-    return form
+    return form, clock.trio_deadline(deadline_at)
 
 
 async def _already_settled(turn: TurnScope, form: Form) -> Form:
