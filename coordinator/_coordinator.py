@@ -229,6 +229,10 @@ async def open_coordinator(
                 await chosen_model.aclose()
 
 
+# How often a coordinator looks for turns whose owner died and for decisions other processes made.
+WATCH_SECONDS = 1.0
+
+
 def _crashed() -> None:
     raise errors.StoreError("the coordinator was abandoned: nothing more is written")
 
@@ -240,6 +244,8 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     registry = Registry(runtime, root)
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
-    recovered = registry.recover(claims.Liveness(me=instance, lease=lease))
+    liveness = claims.Liveness(me=instance, lease=lease)
+    recovered = registry.recover(liveness)
+    root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
     log.info("coordinator_started", instance_id=instance.id, recovered=len(recovered), at=time.time())
     return Coordinator(runtime, registry)

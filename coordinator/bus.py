@@ -5,6 +5,9 @@ is live only once it is durable. A subscriber reads pages from the store until i
 attaches a bounded live buffer *without awaiting in between*; since commits and publishes run on the
 same trio thread, no event can slip between the last page and the attach.
 
+Several processes may write one database: a commit this bus did not publish (a gap in seq at a
+publish, or a higher seq found by ``notice_foreign_commits``) sends every subscriber back to the store.
+
 A slow subscriber never blocks the coordinator: when its buffer overflows, the buffer is dropped and
 the subscriber falls back to reading the store from its last delivered seq, then attaches again. It
 therefore never loses an event; ``lagged`` counts how often it fell behind.
@@ -35,6 +38,8 @@ class _Live:
         self.capacity = capacity
         self.queue: deque[Event] = deque()
         self.overflowed = False
+        # Set when another process committed events this bus did not publish: read the store.
+        self.stale = False
         self.wakeup = trio.Event()
 
 
@@ -47,10 +52,18 @@ class Bus:
         self._live_buffer = live_buffer
         self.lagged = 0
         self.closed = False
+        self._highest = reader.last_seq()
 
     def publish(self, events: Sequence[Event]) -> None:
         """Hand committed events to every attached subscriber. Never blocks."""
+        if not events:
+            return
+        if events[0].seq > self._highest + 1:
+            self._mark_stale()  # another process committed in between: subscribers read the store
+        self._highest = max(self._highest, events[-1].seq)
         for live in list(self._live):
+            if live.stale:
+                continue
             for event in events:
                 if live.session_id is not None and event.session_id != live.session_id:
                     continue
@@ -66,6 +79,18 @@ class Bus:
         self._live.discard(live)
         self.lagged += 1
         log.warning("subscriber_lagged", session_id=live.session_id)
+
+    def notice_foreign_commits(self) -> None:
+        """Wake every subscriber to read the store if another process committed events since."""
+        last = self._reader.last_seq()
+        if last > self._highest:
+            self._highest = last
+            self._mark_stale()
+
+    def _mark_stale(self) -> None:
+        for live in self._live:
+            live.stale = True
+            live.wakeup.set()
 
     def close(self) -> None:
         """End every subscription after it has delivered what is committed."""
@@ -107,7 +132,7 @@ class Bus:
         while True:
             while live.queue:
                 yield live.queue.popleft()
-            if live.overflowed or self.closed:
+            if live.overflowed or live.stale or self.closed:
                 return
             live.wakeup = trio.Event()
             await live.wakeup.wait()

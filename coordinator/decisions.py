@@ -47,26 +47,22 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
 
 
 async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
-    """Record an interrupt of the session's running turn, then cancel it. False if none to stop."""
+    """Record an interrupt of the session's running turn, then cancel it. False if none to stop.
+
+    The turn may run in another process sharing the database: the intent is durable, and that
+    process applies it (``apply_remote_decisions``).
+    """
     if by not in ("api", "embedder"):
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt(by=by)  # type: ignore[arg-type]
-    turn = _running_turn(runtime, session_id)
-    if turn is None:
-        return False
     async with runtime.store.transaction() as tx:
-        recorded = tx.record_stop_intent(turn.turn_id, reason)
-    if recorded:
-        turn.stop_after_commit(reason)
-        log.info("interrupt_recorded", session_id=session_id, turn_id=turn.turn_id, by=by)
-    return recorded
-
-
-def _running_turn(runtime: Runtime, session_id: str) -> Any:
-    for turn in runtime.turns.values():
-        if turn.session_id == session_id and not turn.stopping:
-            return turn
-    return None
+        turn = tx.running_turn(session_id)
+        recorded = turn is not None and tx.record_stop_intent(turn.id, reason)
+    if turn is None or not recorded:
+        return False
+    _stop_turn_of(runtime, turn.id, reason)
+    log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by)
+    return True
 
 
 def _stop_turn_of(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
@@ -207,3 +203,25 @@ def _validate_answers(form: Form, answers: dict[str, Any]) -> None:
             problems.append(f"the answer to {question.id!r} must be one of {question.options}")
     if problems:
         raise errors.InvalidRequest(message="; ".join(problems))
+
+
+def apply_remote_decisions(runtime: Runtime) -> None:
+    """Apply what another process committed for the turns and waits that run here.
+
+    Several coordinator processes may share a database: a reply or an interrupt may be committed by a
+    process that does not run the turn. Its intent is durable; this makes it take effect here.
+    """
+    read = runtime.store.read
+    for turn in list(runtime.turns.values()):
+        row = read.get_turn(turn.turn_id)
+        if not turn.stopping and row is not None and row.status == "stopping" and row.stop_reason is not None:
+            turn.stop_after_commit(row.stop_reason)
+    for wait_id in list(runtime.waits.by_id):
+        request = read.get_permission(wait_id)
+        if request is not None and request.status == "replied" and request.decision is not None:
+            wait = read.permission_wait_row(wait_id)
+            runtime.waits.resolve(wait_id, _replied(request.decision, None if wait is None else wait.message))
+            continue
+        form = read.get_form(wait_id)
+        if form is not None and form.status in ("submitted", "cancelled"):
+            runtime.waits.resolve(wait_id, form)

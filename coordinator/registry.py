@@ -10,6 +10,7 @@ import trio
 from actors import session
 from actors.context import Runtime
 from actors.session import SessionHandle, Takeover
+from coordinator import decisions
 from coordinator.claims import Liveness
 from coordinator.reasons import Failure
 
@@ -71,6 +72,16 @@ class Registry:
         for session_id in [*started, *read.sessions_with_queued_turns()]:
             self.ensure_running(session_id)
         return started
+
+    async def serve_watch(self, liveness: Liveness, interval: float) -> None:
+        """For ever: take over turns of owners that died, and apply decisions other processes made."""
+        while True:
+            await trio.sleep(interval)
+            if self.closed:
+                return
+            self.recover(liveness)
+            decisions.apply_remote_decisions(self._runtime)
+            self._runtime.bus.notice_foreign_commits()
 
     async def abandon(self) -> None:
         """Tear every actor down without a settlement (the store refuses writes by now)."""

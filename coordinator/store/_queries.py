@@ -153,6 +153,12 @@ class Queries:
         )
         return None if row is None else TurnRow.from_row(row)
 
+    def running_turn(self, session_id: str) -> TurnRow | None:
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND status = 'running'", (session_id,)
+        )
+        return None if row is None else TurnRow.from_row(row)
+
     def unfinished_turns(self) -> list[TurnRow]:
         """Turns that a previous process left running, stopping or suspended, oldest first."""
         rows = self._all(
@@ -161,7 +167,11 @@ class Queries:
         return [TurnRow.from_row(r) for r in rows]
 
     def sessions_with_queued_turns(self) -> list[str]:
-        rows = self._all("SELECT DISTINCT session_id FROM turns WHERE status = 'queued' ORDER BY rowid")
+        """Sessions with a queued turn and no held or suspended claim (those run it themselves)."""
+        rows = self._all(
+            "SELECT DISTINCT session_id FROM turns WHERE status = 'queued' AND session_id NOT IN "
+            "(SELECT session_id FROM claims WHERE state != 'released') ORDER BY rowid"
+        )
         return [r[0] for r in rows]
 
     def set_turn_status(self, turn_id: str, status: str) -> None:

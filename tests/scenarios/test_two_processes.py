@@ -1,0 +1,63 @@
+"""Two coordinators on one database (as two processes would be): a session runs in exactly one of
+them, decisions reach the one that runs it, and the survivor takes over when the other dies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tests.conftest import ASK_SHELL, make_config, running
+from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL
+
+
+async def test_a_reply_made_elsewhere_reaches_the_running_turn(tmp_path: Path, autojump_clock: Any) -> None:
+    """The reply is committed by B; A, which runs the turn, applies it; B's subscribers see A's events."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    async with running(config, [SHELL_CALL, DONE]) as (a, a_events), running(config, [DONE]) as (b, b_events):
+        session = await a.create_session()
+        await a.prompt(session.id, "go")
+        asked = await b_events.wait_for("permission.asked")
+        await b.reply_permission(session.id, asked.payload["request"]["id"], "once")
+        await a_events.wait_for("session.idle")
+        await b_events.wait_for("session.idle")
+        assert a_events.types() == b_events.types()
+        assert [e.seq for e in b_events.events] == list(range(1, len(b_events.events) + 1))
+        assert len(a_events.of("session.turn.started")) == 1
+
+
+async def test_an_interrupt_made_elsewhere_stops_the_turn(tmp_path: Path, autojump_clock: Any) -> None:
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    async with running(config, [SHELL_CALL, DONE]) as (a, a_events), running(config, [DONE]) as (b, b_events):
+        session = await a.create_session()
+        await a.prompt(session.id, "go")
+        await b_events.wait_for("permission.asked")
+        assert await b.interrupt(session.id, by="api") is True
+        assert await b.interrupt(session.id, by="api") is False
+        await a_events.wait_for("session.idle")
+        assert a_events.of("session.execution.interrupted")[0].payload["reason"] == {
+            "type": "interrupt",
+            "by": "api",
+        }
+
+
+async def test_the_survivor_takes_over_a_dead_coordinators_turn(tmp_path: Path, autojump_clock: Any) -> None:
+    """When A dies, B resumes A's turn as a crash, once, with the same permission request id."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    async with running(config, [DONE]) as (b, b_events):
+        async with running(config, [SHELL_CALL, DONE]) as (a, a_events):
+            session = await a.create_session()
+            await a.prompt(session.id, "go")
+            asked = await a_events.wait_for("permission.asked")
+            await trio.testing.wait_all_tasks_blocked()
+            await a.abandon()
+        resumed = await b_events.wait_for("session.execution.resumed")
+        assert resumed.payload["after"] == "crash"
+        restored = await b_events.wait_for("permission.asked", 2)
+        assert restored.payload["request"]["id"] == asked.payload["request"]["id"]
+        info = await b.get_session(session.id)
+        assert info.claim is not None and info.claim.owner == b.instance_id
+        await b.reply_permission(session.id, restored.payload["request"]["id"], "once")
+        await b_events.wait_for("session.idle")
+        assert len(b_events.of("session.execution.resumed")) == 1
