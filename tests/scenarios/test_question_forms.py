@@ -75,7 +75,9 @@ async def test_answers_are_validated_against_the_form(config: Config, autojump_c
         with pytest.raises(InvalidRequest) as caught:
             await coord.submit_form(session_id, form_id, {"color": "green", "age": "3"})
         message = str(caught.value)
-        assert "'age'" in message and "'name' is not answered" in message and "'color' must be one of" in message
+        assert (
+            "'age'" in message and "'name' is not answered" in message and "'color' must be one of" in message
+        )
         with pytest.raises(FormNotFound):
             await coord.submit_form(session_id, "frm_never", {})
         assert [f.id for f in await coord.pending_forms(session_id)] == [form_id]
@@ -120,7 +122,9 @@ async def test_dismissing_with_a_message_is_feedback(config: Config, autojump_cl
 
 
 @pytest.mark.parametrize("cause", ["interrupt", "question_deadline", "turn_deadline"])
-async def test_any_other_stop_revokes_the_pending_form(tmp_path: Path, cause: str, autojump_clock: Any) -> None:
+async def test_any_other_stop_revokes_the_pending_form(
+    tmp_path: Path, cause: str, autojump_clock: Any
+) -> None:
     """Interrupt and deadlines revoke the form with their reason, so no client keeps a stale form."""
     timeouts = {"question_deadline": TimeoutsConfig(question=60), "turn_deadline": TimeoutsConfig(turn=60)}
     config = make_config(tmp_path, timeouts=timeouts.get(cause))
