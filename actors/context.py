@@ -13,6 +13,7 @@ import trio
 
 from actors.handle import ActorHandle
 from coordinator.bus import Bus
+from coordinator.checkpoints import Injector
 from coordinator.config import Config
 from coordinator.models.base import Model
 from coordinator.reasons import Failure, StopReason
@@ -75,6 +76,7 @@ class Runtime:
     workdir: Path
     waits: Waits = attrs.Factory(Waits)
     turns: dict[str, TurnScope] = attrs.Factory(dict)
+    injector: Injector | None = None
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -102,6 +104,11 @@ class TurnScope:
         async with self.runtime.store.transaction() as tx:
             tx.fence(self.session_id, self.runtime.instance_id, self.epoch)
             yield tx
+
+    async def checkpoint(self, name: str) -> None:
+        """A named await point for fault injection (``coordinator/checkpoints.py``); free in production."""
+        if self.runtime.injector is not None:
+            await self.runtime.injector.at(name, self)
 
     @property
     def stopping(self) -> bool:

@@ -58,6 +58,7 @@ async def run(
             if settled is not None and settled.status == "replied" and settled.decision is not None:
                 return await _already_replied(turn, settled)
             with trio.move_on_at(deadline) as timer:
+                await turn.checkpoint("permission.wait")
                 replied: Replied = await waiter.wait()
                 return replied
             assert timer.cancelled_caught

@@ -39,6 +39,7 @@ async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: 
             if current is not None and current.status != "pending":
                 return await _already_settled(turn, current)
             with trio.move_on_at(deadline):
+                await turn.checkpoint("form.wait")
                 settled: Form = await waiter.wait()
                 return settled
             limit = turn.runtime.config.timeouts.question

@@ -147,6 +147,7 @@ async def _execute(
         )
     try:
         with scope.handle.scope:
+            await scope.checkpoint("turn.start")
             async with trio.open_nursery() as nursery:
                 limit = runtime.config.timeouts.limit("turn")
                 if limit is not None:
@@ -239,6 +240,7 @@ def _children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
 
 async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
     """The session's own settlement, last of all, in one transaction."""
+    await scope.checkpoint("settle.turn")
     async with scope.write() as tx:
         if reason is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))

@@ -70,7 +70,10 @@ async def _ask_model(turn: TurnScope, index: int) -> ModelReply:
     stop: StopReason
     with trio.move_on_after(math.inf if limit is None else limit) as timer:
         try:
-            return await runtime.model.complete(request)
+            await turn.checkpoint("model.request")
+            reply = await runtime.model.complete(request)
+            await turn.checkpoint("model.reply")
+            return reply
         except ModelError as exc:
             log.warning("model_failed", error=str(exc))
             stop = Failure(message=f"model error: {exc}")
@@ -134,6 +137,7 @@ def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
 
 
 async def _settle(turn: TurnScope, step_id: str, reason: StopReason) -> None:
+    await turn.checkpoint("settle.step")
     async with turn.write() as tx:
         tx.settle_step(step_id, "failed", reason)
         tx.emit(events.step_failed(turn.session_id, turn.turn_id, step_id, reason))

@@ -111,7 +111,10 @@ async def _run_bounded(turn: TurnScope, tool: Tool, call: ToolCallRow, context: 
     limit = turn.runtime.config.timeouts.limit(scope)
     with trio.move_on_after(math.inf if limit is None else limit) as timer:
         try:
-            return await tool.run(context, call.input)
+            await turn.checkpoint("tool.start")
+            output = await tool.run(context, call.input)
+            await turn.checkpoint("tool.end")
+            return output
         except ToolFailure:
             raise
         except Exception as exc:
@@ -152,6 +155,7 @@ async def _settle_stopped(
 ) -> None:
     reason = handle.reason_or_failure()
     await turn.waits_settled()
+    await turn.checkpoint("settle.tool")
     if reason.resumable and waits_on_a_person(turn.runtime.store.read, turn.session_id, call.call_id):
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return

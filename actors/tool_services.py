@@ -42,6 +42,7 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         return FormReply(answers=None, message=None if wait is None else wait.message)
 
     async def call_nested(name: str, input: Any) -> CallResult:
+        await turn.checkpoint("nested.call")
         nested = await _start_nested(turn, call, f"{call.call_id}.{next(numbers)}", name, input)
         from actors import tool_call  # a nested call is a tool-call actor under this one
 

@@ -14,6 +14,7 @@ import trio
 from actors.context import Runtime
 from coordinator import claims, decisions, errors
 from coordinator.bus import Bus
+from coordinator.checkpoints import Injector
 from coordinator.config import Config, config_from
 from coordinator.events import Event
 from coordinator.models.base import Model
@@ -178,6 +179,7 @@ async def open_coordinator(
     model: Model | None = None,
     synchronous: str = "full",
     workdir: str | Path | None = None,
+    injector: Injector | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Coordinator]:
     """Open the coordinator on its database, resume what a previous process left, and yield it.
@@ -191,6 +193,7 @@ async def open_coordinator(
         model: a model to use instead of the configured one (embedders and tests).
         synchronous: SQLite durability, ``full`` (default) or ``normal`` (see design/store.md).
         workdir: where tools run; the config file's folder by default.
+        injector: the chaos campaign's fault injector (``coordinator/checkpoints.py``); None in production.
         **overrides: other ``[server]`` keys.
 
     **Raises:** ``ConfigError`` for a bad config; ``StoreError`` when the database cannot be opened.
@@ -211,6 +214,7 @@ async def open_coordinator(
                     tools=build_tools(resolved),
                     instance_id=instance.id,
                     workdir=Path(workdir) if workdir is not None else resolved.base_dir,
+                    injector=injector,
                 )
                 coordinator = await _start(runtime, instance, root)
                 try:
