@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,9 @@ import trio
 
 from actors.context import Runtime
 from coordinator import claims, decisions, errors
-from coordinator.bus import Bus
+from coordinator.bus import Bus, Subscription
 from coordinator.checkpoints import Injector
 from coordinator.config import Config, config_from
-from coordinator.events import Event
 from coordinator.models.base import Model
 from coordinator.models.factory import build_model
 from coordinator.records import Form, Message, PermissionRequest, Session
@@ -132,7 +131,7 @@ class Coordinator:
         self._session(session_id)
         return await decisions.dismiss_form(self._runtime, session_id, form_id, message)
 
-    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> AsyncGenerator[Event, None]:
+    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> Subscription:
         """Every event after seq ``after``, replayed from the store, then live until shutdown.
 
         Use it as ``async for event in coord.subscribe(after=seq)``; a lagging subscriber falls back to

@@ -15,8 +15,9 @@ therefore never loses an event; ``lagged`` counts how often it fell behind.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import structlog
 import trio
@@ -48,7 +49,8 @@ class Bus:
 
     def __init__(self, reader: Queries, *, live_buffer: int = LIVE_BUFFER) -> None:
         self._reader = reader
-        self._live: set[_Live] = set()
+        # Weak: a subscription dropped without aclose() takes its buffer with it.
+        self._live: weakref.WeakSet[_Live] = weakref.WeakSet()
         self._live_buffer = live_buffer
         self.lagged = 0
         self.closed = False
@@ -98,41 +100,77 @@ class Bus:
         for live in self._live:
             live.wakeup.set()
 
-    async def subscribe(
-        self, *, after: int = 0, session_id: str | None = None
-    ) -> AsyncGenerator[Event, None]:
-        """Yield every event with seq > ``after`` (of one session, or all), replayed then live.
+    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> Subscription:
+        """Every event with seq > ``after`` (of one session, or all), replayed then live.
 
-        Waits for new events once caught up; ends when the bus closes.
-
-        **Cancellation:** safe at any point; the subscriber's live buffer is detached.
+        Use as ``async for event in bus.subscribe(after=seq)``; it waits for new events once caught up
+        and ends when the bus closes.
         """
-        last = after
-        while True:
-            page = self._reader.events_after(last, session_id, REPLAY_PAGE)
-            if page:
-                for event in page:
-                    yield event
-                    last = event.seq
-                continue
-            if self.closed:
-                return
-            # Caught up: attach now, with no await since the read above, so nothing is missed.
-            live = _Live(session_id, self._live_buffer)
-            self._live.add(live)
-            try:
-                async for event in self._drain(live):
-                    if event.seq > last:  # ``after`` may lie ahead of what is committed yet
-                        yield event
-                        last = event.seq
-            finally:
-                self._live.discard(live)
+        return Subscription(self, after, session_id)
 
-    async def _drain(self, live: _Live) -> AsyncIterator[Event]:
+
+class Subscription:
+    """An iterator over events, replayed from the store then live.
+
+    A class rather than an async generator, so a subscriber that stops iterating (``break``, a
+    cancellation) leaves nothing to finalize: its live buffer is detached on the next publish that
+    finds it gone, or at once by ``aclose()``.
+    """
+
+    def __init__(self, bus: Bus, after: int, session_id: str | None) -> None:
+        self._bus = bus
+        self._session_id = session_id
+        self.last = after
+        self._page: deque[Event] = deque()
+        self._live: _Live | None = None
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        """The next event. **Cancellation:** safe at any point; nothing is lost or delivered twice."""
+        await trio.lowlevel.checkpoint()
         while True:
-            while live.queue:
-                yield live.queue.popleft()
-            if live.overflowed or live.stale or self.closed:
-                return
+            event = self._next_nowait()
+            if event is not None:
+                self.last = event.seq
+                return event
+            if self._live is None:
+                raise StopAsyncIteration
+            live = self._live
             live.wakeup = trio.Event()
             await live.wakeup.wait()
+
+    def _next_nowait(self) -> Event | None:
+        """The next event already at hand, reading the store or attaching live as needed."""
+        bus = self._bus
+        while True:
+            if self._page:
+                return self._page.popleft()
+            live = self._live
+            if live is not None:
+                while live.queue:
+                    event = live.queue.popleft()
+                    if event.seq > self.last:  # ``after`` may lie ahead of what is committed yet
+                        return event
+                if not (live.overflowed or live.stale or bus.closed):
+                    return None  # wait for a publish
+                self._detach()
+            self._page.extend(bus._reader.events_after(self.last, self._session_id, REPLAY_PAGE))
+            if self._page:
+                continue
+            if bus.closed:
+                return None
+            # Caught up: attach now, with no await since the read above, so nothing is missed.
+            self._live = _Live(self._session_id, bus._live_buffer)
+            bus._live.add(self._live)
+
+    def _detach(self) -> None:
+        if self._live is not None:
+            self._bus._live.discard(self._live)
+            self._live = None
+
+    async def aclose(self) -> None:
+        """Stop receiving live events."""
+        self._detach()
+        await trio.lowlevel.checkpoint()
