@@ -16,12 +16,16 @@ from tests.conftest import ASK_SHELL, make_config
 SHELL = {"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo hi"}}]}
 
 
-async def test_cancelling_the_enclosing_scope_is_a_graceful_shutdown(tmp_path: Path, autojump_clock: Any) -> None:
+async def test_cancelling_the_enclosing_scope_is_a_graceful_shutdown(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
     """A host that cancels the scope around the coordinator suspends its turns, with reason shutdown."""
     config = make_config(tmp_path, rules=ASK_SHELL)
     session_id = ""
     with trio.CancelScope() as host:
-        async with open_coordinator(config, model=ScriptedModel.from_json([SHELL]), synchronous="normal") as coord:
+        async with open_coordinator(
+            config, model=ScriptedModel.from_json([SHELL]), synchronous="normal"
+        ) as coord:
             session = await coord.create_session()
             session_id = session.id
             await coord.prompt(session.id, "go")
@@ -30,7 +34,9 @@ async def test_cancelling_the_enclosing_scope_is_a_graceful_shutdown(tmp_path: P
                     host.cancel()
                     await trio.sleep_forever()
     assert host.cancelled_caught
-    async with open_coordinator(config, model=ScriptedModel.from_json([{"text": "ok"}]), synchronous="normal") as coord:
+    async with open_coordinator(
+        config, model=ScriptedModel.from_json([{"text": "ok"}]), synchronous="normal"
+    ) as coord:
         types = [e.type async for e in _until(coord, "permission.asked", 2)]
         assert "session.execution.suspended" in types
         suspended = [t for t in types if t.startswith("session.execution.")]

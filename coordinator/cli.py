@@ -1,0 +1,186 @@
+"""The ``coordinator`` command line (contract section 1): serve, events, demo, chaos and bench.
+
+Exit codes: 0 on success and on a clean shutdown (SIGTERM, SIGINT), 1 when something failed at run
+time (the address is taken, the server cannot be reached), 2 on bad usage or a bad config file. Every
+failure is one line on stderr saying what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, NoReturn
+
+import httpx
+import structlog
+import trio
+
+from coordinator.config import Config, apply_env, config_from
+from coordinator.errors import ClientError, ConfigError, StoreError
+from coordinator.logs import configure_logging
+
+log = structlog.get_logger()
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+DEFAULT_URL = "http://127.0.0.1:4096"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports bad usage as a ``ConfigError`` so that ``main`` prints it on one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message, self.prog)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand; each sets ``run`` to the function that runs it."""
+    parser = _Parser(prog="coordinator", description="An execution coordinator for agent servers.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the HTTP server until SIGTERM/SIGINT")
+    serve.add_argument("--config", metavar="FILE", help="a TOML config file (contract section 2)")
+    serve.add_argument("--db", metavar="PATH", help="the SQLite database; overrides [server] db")
+    serve.add_argument("--host", metavar="H", help="the address to listen on; overrides [server] host")
+    serve.add_argument(
+        "--port", metavar="P", type=int, help="the port (0: any free one); overrides [server] port"
+    )
+    serve.set_defaults(run=_serve)
+
+    events = commands.add_parser("events", help="print a running server's events, one JSON object a line")
+    events.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
+    events.add_argument("--after", metavar="SEQ", type=int, default=0, help="start after this seq")
+    events.add_argument("--follow", action="store_true", help="keep streaming live events, reconnecting")
+    events.add_argument("--token", metavar="T", help="the bearer token (default: env COORDINATOR_TOKEN)")
+    events.set_defaults(run=_events)
+
+    demo = commands.add_parser("demo", help="run the built-in scripted scenarios and print their events")
+    demo.set_defaults(run=_demo, log_level=logging.WARNING)
+
+    chaos = commands.add_parser("chaos", help="run the fault-injection campaign")
+    chaos.add_argument("--runs", metavar="N", type=int, default=100, help="how many runs (default 100)")
+    chaos.add_argument("--seed", metavar="S", type=int, default=0, help="the first run's seed (default 0)")
+    chaos.set_defaults(run=_chaos, log_level=logging.WARNING)
+
+    bench = commands.add_parser("bench", help="run the benchmarks and write bench/results/latest.json")
+    bench.set_defaults(run=_bench, log_level=logging.WARNING)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (0 ok, 1 failed, 2 bad usage or config)."""
+    try:
+        args = build_parser().parse_args(argv)
+        # The demo, chaos and bench print their own report; INFO lines would bury it.
+        configure_logging(level=getattr(args, "log_level", logging.INFO))
+        run: Callable[[argparse.Namespace], int] = args.run
+        return run(args)
+    except ConfigError as exc:
+        _complain(str(exc))
+        return EXIT_USAGE
+
+
+def _complain(line: str) -> None:
+    print(f"coordinator: error: {' '.join(line.split())}", file=sys.stderr, flush=True)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = config_from(args.config, db=args.db, host=args.host, port=args.port)
+    config = apply_env(config, os.environ)
+    try:
+        _run_trio(_serve_until_signal, config)
+    except KeyboardInterrupt:  # SIGINT before the signal receiver was installed: still a clean stop
+        return EXIT_OK
+    except OSError as exc:
+        if exc.filename is not None:  # the database's folder or file, not the socket
+            _complain(f"{exc.filename}: {exc.strerror or exc}")
+        else:
+            _complain(f"cannot listen on {config.server.host}:{config.server.port}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    except StoreError as exc:
+        _complain(f"{config.server.db}: {exc}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _serve_until_signal(config: Config) -> None:
+    from coordinator.server.serve import serve_until
+
+    # Installed before the server starts, so a signal at any later point is a graceful shutdown.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+        async def until_signal() -> None:
+            async for signum in signals:
+                log.info("signal_received", signal=signal.Signals(signum).name)
+                return
+
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(partial(serve_until, config, until_signal))
+            print(f"coordinator listening on {listening.url}", flush=True)
+
+
+def _events(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get("COORDINATOR_TOKEN") or None
+    try:
+        _run_trio(_print_events, args.url, token, args.after, args.follow)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to print
+        sys.stdout = open(os.devnull, "w")  # keeps the final flush at exit quiet
+        return EXIT_OK
+    except ClientError as exc:
+        _complain(f"{args.url}: {exc.name}: {exc.message}")
+        return EXIT_FAILED
+    except httpx.HTTPError as exc:
+        _complain(f"cannot read events from {args.url}: {exc!r}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _print_events(url: str, token: str | None, after: int, follow: bool) -> None:
+    from coordinator.client import CoordinatorClient
+
+    async with CoordinatorClient(url, token) as client:
+        async for event in client.events(after=after, follow=follow):
+            print(json.dumps(event, ensure_ascii=False), flush=True)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    demo = importlib.import_module("coordinator.demo")  # imported late: it loads the whole stack
+    return _exit_code(demo.main())
+
+
+def _chaos(args: argparse.Namespace) -> int:
+    chaos = importlib.import_module("coordinator.chaos")  # imported late: it loads the whole stack
+    return _exit_code(chaos.main(args))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    bench = importlib.import_module("bench")  # the repository's bench/ package, imported late
+    return _exit_code(bench.main(args))
+
+
+def _exit_code(result: Any) -> int:
+    return result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK
+
+
+def _run_trio(function: Callable[..., Any], *args: Any) -> None:
+    """``trio.run``, re-raising an exception that a nursery wrapped alone in a group as itself."""
+    try:
+        trio.run(function, *args)
+    except BaseExceptionGroup as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if leaf is group:
+            raise
+        raise leaf from None

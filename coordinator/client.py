@@ -1,0 +1,239 @@
+"""A thin async client of the HTTP API that raises the same named errors as the embedding API.
+
+Methods mirror ``Coordinator`` (contract section 7) and return the same records; an error response
+becomes the ``coordinator.errors`` class it names, with its details (``PermissionAlreadySettled``
+carries ``settlement``). ``events`` follows the stream across dropped connections with
+``Last-Event-ID``, so a restart of the server loses no event and repeats none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, cast
+from urllib.parse import quote
+
+import attrs
+import httpx
+import structlog
+import trio
+
+from coordinator import errors, wire
+from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, PromptBody, ReplyBody
+
+log = structlog.get_logger()
+
+STREAM_READ_TIMEOUT = 45.0
+"""Silence after which a followed stream counts as dropped: three missed keep-alive comments."""
+
+RECONNECT_FIRST = 0.1
+RECONNECT_MAX = 2.0
+
+
+class CoordinatorClient:
+    """An HTTP client of one coordinator server; use it as ``async with CoordinatorClient(url) as c``."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> CoordinatorClient:
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            with trio.move_on_after(5, shield=True):
+                await http.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError("use the client as `async with CoordinatorClient(...) as client`")
+        return self._http
+
+    async def _call(self, method: str, path: str, *, body: Any = None, params: Any = None) -> Any:
+        content = None if body is None else json.dumps(wire.unstructure(body)).encode()
+        headers = {"content-type": "application/json"} if content is not None else None
+        response = await self._client().request(method, path, content=content, params=params, headers=headers)
+        if not response.is_success:
+            raise error_from_response(response)
+        return response.json()
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health``. **Raises:** ``httpx.TransportError`` when the server cannot be reached."""
+        result: dict[str, Any] = await self._call("GET", "/health")
+        return result
+
+    async def openapi(self) -> dict[str, Any]:
+        """The server's OpenAPI 3.1 document."""
+        result: dict[str, Any] = await self._call("GET", "/openapi.json")
+        return result
+
+    async def create_session(self, title: str = "") -> Session:
+        """Create an idle session. **Raises:** ``InvalidRequest``, ``CoordinatorClosed``."""
+        data = await self._call("POST", "/api/session", body=CreateSessionBody(title=title))
+        return wire.structure(data, Session)  # type: ignore[no-any-return]
+
+    async def list_sessions(self) -> list[Session]:
+        return wire.structure(await self._call("GET", "/api/session"), list[Session])  # type: ignore[no-any-return]
+
+    async def get_session(self, session_id: str) -> Session:
+        """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
+        data = await self._call("GET", _session_path(session_id))
+        return wire.structure(data, Session)  # type: ignore[no-any-return]
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
+        data = await self._call("GET", _session_path(session_id, "message"))
+        return wire.structure(data, list[Message])  # type: ignore[no-any-return]
+
+    async def prompt(self, session_id: str, text: str) -> str:
+        """Queue a turn; returns its id. **Raises:** ``SessionNotFound``, ``InvalidRequest``."""
+        data = await self._call("POST", _session_path(session_id, "prompt"), body=PromptBody(text=text))
+        return str(data["turn_id"])
+
+    async def interrupt(self, session_id: str) -> bool:
+        """Stop the running turn (reason interrupt, by api); False when idle or already stopping."""
+        data = await self._call("POST", _session_path(session_id, "interrupt"))
+        return bool(data["interrupted"])
+
+    async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
+        """Pending permission requests of one session, or of all. **Raises:** ``SessionNotFound``."""
+        path = "/api/permission" if session_id is None else _session_path(session_id, "permission")
+        return wire.structure(await self._call("GET", path), list[PermissionRequest])  # type: ignore[no-any-return]
+
+    async def reply_permission(
+        self, session_id: str, request_id: str, decision: str, message: str | None = None
+    ) -> PermissionRequest:
+        """Answer a request: ``once``, ``always`` or ``reject``.
+
+        **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with ``settlement``),
+        ``InvalidRequest``.
+        """
+        body = ReplyBody(decision=decision, message=message)  # type: ignore[arg-type]
+        path = _session_path(session_id, "permission", request_id, "reply")
+        data = await self._call("POST", path, body=body)
+        return wire.structure(data["request"], PermissionRequest)  # type: ignore[no-any-return]
+
+    async def pending_forms(self, session_id: str) -> list[Form]:
+        data = await self._call("GET", _session_path(session_id, "form"))
+        return wire.structure(data, list[Form])  # type: ignore[no-any-return]
+
+    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
+        """Answer a form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
+        body = FormAnswersBody(answers=dict(answers))
+        data = await self._call("POST", _session_path(session_id, "form", form_id), body=body)
+        return wire.structure(data, Form)  # type: ignore[no-any-return]
+
+    async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
+        """Dismiss a form: a declined stop, or feedback with a ``message``."""
+        params = {"message": message} if message else None
+        data = await self._call("DELETE", _session_path(session_id, "form", form_id), params=params)
+        return wire.structure(data, Form)  # type: ignore[no-any-return]
+
+    async def events(
+        self, after: int = 0, session_id: str | None = None, follow: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every event after seq ``after`` as its JSON object (of one session, or all).
+
+        Without ``follow``, ends after the events stored when it began. With it, streams live for
+        ever: a dropped connection or a server restart is retried, resuming with ``Last-Event-ID``.
+
+        **Cancellation:** safe; the connection is closed. Prefer cancelling to breaking out of the loop:
+        closing the iterator early leaves httpx's inner byte iterators to the garbage collector.
+
+        **Raises:** a ``ClientError`` the server answers (``SessionNotFound``, ``Unauthorized``), and,
+        without ``follow``, ``httpx.TransportError``.
+        """
+        path = "/api/event" if session_id is None else _session_path(session_id, "event")
+        last = after
+        delay = RECONNECT_FIRST
+        while True:
+            try:
+                async with contextlib.aclosing(self._stream_once(path, last, follow)) as stream:
+                    async for event in stream:
+                        yield event
+                        last = int(event["seq"])
+                        delay = RECONNECT_FIRST
+                if not follow:
+                    return
+            except httpx.TransportError as exc:
+                if not follow:
+                    raise
+                log.info("event_stream_dropped", error=repr(exc), after=last)
+            await trio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    async def _stream_once(self, path: str, after: int, follow: bool) -> AsyncGenerator[dict[str, Any], None]:
+        headers = {"Last-Event-ID": str(after)} if after else {}
+        params = {"after": str(after), "follow": "true" if follow else "false"}
+        timeout = httpx.Timeout(self._timeout, read=STREAM_READ_TIMEOUT if follow else self._timeout)
+        async with self._client().stream(
+            "GET", path, params=params, headers=headers, timeout=timeout
+        ) as response:
+            if not response.is_success:
+                await response.aread()
+                raise error_from_response(response)
+            lines = cast(AsyncGenerator[str, None], response.aiter_lines())
+            async with contextlib.aclosing(lines), contextlib.aclosing(parse_sse(lines)) as events:
+                async for event in events:
+                    yield event
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncGenerator[dict[str, Any], None]:
+    """The ``data`` of each complete server-sent event, parsed as JSON; comments are skipped."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield json.loads("\n".join(data))
+                data = []
+            continue
+        field, _, value = line.partition(":")
+        if field == "data":
+            data.append(value.removeprefix(" "))
+
+
+def error_from_response(response: httpx.Response) -> Exception:
+    """The named error of an error response, with its details; ``httpx.HTTPStatusError`` for others."""
+    try:
+        detail = response.json()["error"]
+        name, message = str(detail["name"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        return httpx.HTTPStatusError(
+            f"HTTP {response.status_code} without an error body", request=response.request, response=response
+        )
+    cls = _ERROR_CLASSES.get(name)
+    if cls is None:
+        return errors.ClientError(message=f"{name}: {message}")
+    known = attrs.fields_dict(cls)
+    fields = {key: value for key, value in detail.items() if key in known}
+    try:
+        return wire.structure(fields, cls)  # type: ignore[no-any-return]
+    except Exception:  # details of another shape (a newer server): keep the name and the message
+        return cls(message=message)
+
+
+def _error_classes() -> dict[str, type[errors.ClientError]]:
+    found: dict[str, type[errors.ClientError]] = {}
+    pending: list[type[errors.ClientError]] = [errors.ClientError]
+    while pending:
+        cls = pending.pop()
+        found[cls.name] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_ERROR_CLASSES = _error_classes()
+
+
+def _session_path(session_id: str, *rest: str) -> str:
+    return "/".join(["/api/session", *(quote(part, safe="") for part in (session_id, *rest))])

@@ -1,0 +1,237 @@
+"""The HTTP API of contract section 4 as a Starlette app over one ``Coordinator``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from coordinator import errors, wire
+from coordinator._coordinator import Coordinator
+from coordinator.config import Config
+from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.server import sse
+from coordinator.server.auth import BearerAuth
+from coordinator.server.bodies import (
+    CreateSessionBody,
+    FormAnswersBody,
+    Health,
+    InterruptResult,
+    PromptAccepted,
+    PromptBody,
+    ReplyBody,
+    ReplyResult,
+    read_body,
+)
+from coordinator.server.errors import ErrorBoundary, handle_client_error, handle_http_error
+from coordinator.server.openapi import Operation, Parameter, openapi_document
+
+
+def build_app(
+    coordinator: Coordinator, config: Config, *, keepalive: float = sse.KEEPALIVE_SECONDS
+) -> Starlette:
+    """The API over ``coordinator``; ``config`` gives the token; ``keepalive`` paces SSE comments."""
+    app = Starlette(
+        routes=[Route(op.path, op.endpoint, methods=[op.method], name=op.name) for op in OPERATIONS],
+        middleware=[Middleware(ErrorBoundary), Middleware(BearerAuth, token=config.server.token)],
+        exception_handlers={errors.ClientError: handle_client_error, HTTPException: handle_http_error},
+    )
+    app.state.coordinator = coordinator
+    app.state.keepalive = keepalive
+    app.state.openapi = openapi_document(OPERATIONS)
+    return app
+
+
+def _coordinator(request: Request) -> Coordinator:
+    coordinator: Coordinator = request.app.state.coordinator
+    return coordinator
+
+
+def _json(value: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(wire.unstructure(value), status_code=status)
+
+
+def _int_query(request: Request, name: str) -> int:
+    text = request.query_params.get(name, "0")
+    value = sse.parse_seq(text)
+    if value is None:
+        raise errors.InvalidRequest(
+            message=f"query.{name}: expected an integer from 0 to {sse.MAX_SEQ}, got {text[:40]!r}"
+        )
+    return value
+
+
+def _bool_query(request: Request, name: str, default: bool) -> bool:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    words = {"true": True, "1": True, "false": False, "0": False}
+    if text.lower() not in words:
+        raise errors.InvalidRequest(message=f"query.{name}: expected true or false, got {text!r}")
+    return words[text.lower()]
+
+
+async def health(request: Request) -> Response:
+    return _json(Health(status="ok"))
+
+
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(request.app.state.openapi)
+
+
+async def create_session(request: Request) -> Response:
+    body = await read_body(request, CreateSessionBody, empty=CreateSessionBody())
+    return _json(await _coordinator(request).create_session(title=body.title), 201)
+
+
+async def list_sessions(request: Request) -> Response:
+    return _json(await _coordinator(request).list_sessions())
+
+
+async def get_session(request: Request) -> Response:
+    return _json(await _coordinator(request).get_session(request.path_params["sid"]))
+
+
+async def prompt(request: Request) -> Response:
+    body = await read_body(request, PromptBody)
+    turn_id = await _coordinator(request).prompt(request.path_params["sid"], body.text)
+    return _json(PromptAccepted(turn_id=turn_id), 202)
+
+
+async def interrupt(request: Request) -> Response:
+    stopped = await _coordinator(request).interrupt(request.path_params["sid"], by="api")
+    return _json(InterruptResult(interrupted=stopped))
+
+
+async def history(request: Request) -> Response:
+    return _json(await _coordinator(request).history(request.path_params["sid"]))
+
+
+async def all_permissions(request: Request) -> Response:
+    return _json(await _coordinator(request).pending_permissions())
+
+
+async def session_permissions(request: Request) -> Response:
+    return _json(await _coordinator(request).pending_permissions(request.path_params["sid"]))
+
+
+async def reply_permission(request: Request) -> Response:
+    body = await read_body(request, ReplyBody)
+    settled = await _coordinator(request).reply_permission(
+        request.path_params["sid"], request.path_params["rid"], body.decision, body.message
+    )
+    return _json(ReplyResult(request=settled))
+
+
+async def session_forms(request: Request) -> Response:
+    return _json(await _coordinator(request).pending_forms(request.path_params["sid"]))
+
+
+async def submit_form(request: Request) -> Response:
+    body = await read_body(request, FormAnswersBody)
+    form = await _coordinator(request).submit_form(
+        request.path_params["sid"], request.path_params["fid"], body.answers
+    )
+    return _json(form)
+
+
+async def dismiss_form(request: Request) -> Response:
+    message = request.query_params.get("message") or None
+    form = await _coordinator(request).dismiss_form(
+        request.path_params["sid"], request.path_params["fid"], message
+    )
+    return _json(form)
+
+
+async def all_events(request: Request) -> ASGIApp:
+    return _event_stream(request, session_id=None)
+
+
+async def session_events(request: Request) -> ASGIApp:
+    session = await _coordinator(request).get_session(request.path_params["sid"])
+    return _event_stream(request, session_id=session.id)
+
+
+def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStream:
+    return sse.EventStream(
+        coordinator=_coordinator(request),
+        after=sse.resume_point(_int_query(request, "after"), request.headers.get("last-event-id")),
+        session_id=session_id,
+        follow=_bool_query(request, "follow", True),
+        keepalive=request.app.state.keepalive,
+    )
+
+
+_SESSION = (errors.SessionNotFound,)
+_CLOSED = (errors.CoordinatorClosed,)
+_EVENT_PARAMETERS = (
+    Parameter(name="after", where="query", hint=int, description="stream the events with a larger seq"),
+    Parameter(
+        name="follow",
+        where="query",
+        hint=bool,
+        description="true (default): replay, then stream live; false: end after the stored events",
+    ),
+    Parameter(
+        name="Last-Event-ID",
+        where="header",
+        hint=str,
+        description="resume after this seq (the larger of it and `after` wins)",
+    ),
+)
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(method="GET", path="/health", name="health", summary="The server is up",
+              endpoint=health, response=Health, open=True),
+    Operation(method="GET", path="/openapi.json", name="openapi", summary="This document",
+              endpoint=openapi_json, response=dict[str, Any], open=True),
+    Operation(method="POST", path="/api/session", name="create_session", summary="Create a session",
+              endpoint=create_session, status=201, body=CreateSessionBody, body_optional=True,
+              response=Session, errors=_CLOSED),
+    Operation(method="GET", path="/api/session", name="list_sessions", summary="Every session",
+              endpoint=list_sessions, response=list[Session]),
+    Operation(method="GET", path="/api/session/{sid}", name="get_session", summary="One session",
+              endpoint=get_session, response=Session, errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/prompt", name="prompt",
+              summary="Queue a turn; it runs after any running turn", endpoint=prompt, status=202,
+              body=PromptBody, response=PromptAccepted, errors=_SESSION + _CLOSED),
+    Operation(method="POST", path="/api/session/{sid}/interrupt", name="interrupt",
+              summary="Stop the running turn (reason interrupt, by api)", endpoint=interrupt,
+              response=InterruptResult, errors=_SESSION),
+    Operation(method="GET", path="/api/session/{sid}/message", name="history",
+              summary="The history: messages with their parts", endpoint=history,
+              response=list[Message], errors=_SESSION),
+    Operation(method="GET", path="/api/permission", name="all_permissions",
+              summary="Every pending permission request", endpoint=all_permissions,
+              response=list[PermissionRequest]),
+    Operation(method="GET", path="/api/session/{sid}/permission", name="session_permissions",
+              summary="The session's pending permission requests", endpoint=session_permissions,
+              response=list[PermissionRequest], errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/permission/{rid}/reply", name="reply_permission",
+              summary="Answer a permission request", endpoint=reply_permission, body=ReplyBody,
+              response=ReplyResult,
+              errors=(*_SESSION, errors.PermissionNotFound, errors.PermissionAlreadySettled)),
+    Operation(method="GET", path="/api/session/{sid}/form", name="session_forms",
+              summary="The session's pending question forms", endpoint=session_forms,
+              response=list[Form], errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/form/{fid}", name="submit_form",
+              summary="Answer a question form", endpoint=submit_form, body=FormAnswersBody,
+              response=Form, errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
+    Operation(method="DELETE", path="/api/session/{sid}/form/{fid}", name="dismiss_form",
+              summary="Dismiss a form: a declined stop, or feedback when ?message= is given",
+              endpoint=dismiss_form, response=Form,
+              parameters=(Parameter(name="message", where="query", hint=str,
+                                    description="feedback for the model; the turn goes on"),),
+              errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
+    Operation(method="GET", path="/api/event", name="events", summary="Every event, replayed then live",
+              endpoint=all_events, stream=True, parameters=_EVENT_PARAMETERS),
+    Operation(method="GET", path="/api/session/{sid}/event", name="session_events",
+              summary="One session's events, replayed then live", endpoint=session_events, stream=True,
+              parameters=_EVENT_PARAMETERS, errors=_SESSION),
+)  # fmt: skip

@@ -1,0 +1,96 @@
+"""The server's one error renderer: ``{"error": {"name", "message", **details}}`` for every failure.
+
+Client errors carry their own name, status and details. Routing failures (no such route, a wrong
+method) get names of their own. Anything else is a 500 ``InternalError`` with a generic message; its
+traceback goes to the log and never to the client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coordinator.errors import ClientError, InternalError, Unauthorized
+
+log = structlog.get_logger()
+
+# Starlette's router raises HTTPException for these; the contract's errors are ClientErrors.
+_ROUTING_NAMES = {404: "RouteNotFound", 405: "MethodNotAllowed"}
+
+
+class ErrorJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a message quoting the client's input renders whatever it holds."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
+def error_response(
+    name: str, status: int, message: str, details: dict[str, Any] | None = None, *, headers: Any = None
+) -> JSONResponse:
+    """The JSON error response every failure is rendered as."""
+    body = {"error": {"name": name, "message": message, **(details or {})}}
+    return ErrorJSONResponse(body, status_code=status, headers=headers)
+
+
+def client_error_response(exc: ClientError) -> JSONResponse:
+    """A ``ClientError`` with its name, status and details (``settlement`` of a 409, ...)."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return error_response(exc.name, exc.status, exc.message, exc.details(), headers=headers)
+
+
+async def handle_client_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette exception handler for ``ClientError``."""
+    assert isinstance(exc, ClientError)
+    if exc.status >= 500:
+        log.warning("request_refused", name=exc.name, path=request.url.path, message=exc.message)
+    return client_error_response(exc)
+
+
+async def handle_http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette exception handler for its routing errors (404 no route, 405 wrong method)."""
+    assert isinstance(exc, HTTPException)
+    name = _ROUTING_NAMES.get(exc.status_code, "HTTPError")
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return error_response(name, exc.status_code, message, headers=exc.headers)
+
+
+class ErrorBoundary:
+    """ASGI middleware: any exception that escaped the handlers becomes a logged 500 ``InternalError``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception as exc:
+            client = _sole_client_error(exc)
+            if client is None:
+                log.error("request_failed", method=scope["method"], path=scope["path"], exc_info=exc)
+                client = InternalError(message="internal error; the server log has the details")
+            if not started:
+                await client_error_response(client)(scope, receive, send)
+
+
+def _sole_client_error(exc: BaseException) -> ClientError | None:
+    """The ``ClientError`` that ``exc`` is, or that a nursery wrapped alone in an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, ClientError) else None

@@ -1,0 +1,208 @@
+"""The command line as a user runs it: real ``python -m coordinator`` processes, signals and exit codes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE = 30.0
+"""Seconds a process may take to start, answer or exit before the test fails."""
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "COORDINATOR_TOKEN"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+def coordinator(*args: str) -> list[str]:
+    return [sys.executable, "-m", "coordinator", *args]
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        coordinator(*args), cwd=tmp_path, env=cli_env(**env), capture_output=True, text=True, timeout=DEADLINE
+    )
+
+
+@attrs.frozen
+class Served:
+    process: subprocess.Popen[bytes]
+    url: str
+    stderr: Path
+
+
+def read_line(process: subprocess.Popen[bytes]) -> str:
+    """The next line the process prints on stdout, waiting at most ``DEADLINE``."""
+    assert process.stdout is not None
+    line = b""
+    deadline = time.monotonic() + DEADLINE
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            if not selector.select(max(0.0, deadline - time.monotonic())):
+                raise AssertionError(f"no line from the process within {DEADLINE}s; got {line!r}")
+            byte = os.read(process.stdout.fileno(), 1)
+            if not byte:
+                raise AssertionError(f"the process closed stdout (exit {process.wait()}); got {line!r}")
+            line += byte
+    return line.decode().rstrip("\n")
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *args: str, **env: str) -> Iterator[Served]:
+    """``coordinator serve`` on a free port in ``tmp_path``, killed if the test did not stop it."""
+    stderr = tmp_path / "serve.stderr"
+    with stderr.open("wb") as sink:
+        process = subprocess.Popen(
+            coordinator("serve", "--db", str(tmp_path / "db.sqlite"), "--port", "0", *args),
+            cwd=tmp_path,
+            env=cli_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=sink,
+        )
+    try:
+        announced = read_line(process)
+        assert announced.startswith("coordinator listening on http://127.0.0.1:"), announced
+        url = announced.rsplit(" ", 1)[1]
+        assert httpx.get(f"{url}/health", timeout=DEADLINE).json() == {"status": "ok"}
+        yield Served(process=process, url=url, stderr=stderr)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_serve_shuts_down_cleanly_on_a_signal(tmp_path: Path, signum: signal.Signals) -> None:
+    """An operator's SIGTERM or Ctrl-C is a graceful shutdown, which supervisors expect to exit 0."""
+    with serving(tmp_path) as served:
+        created = httpx.post(f"{served.url}/api/session", json={"title": "kept"}, timeout=DEADLINE)
+        assert created.status_code == 201
+        served.process.send_signal(signum)
+        assert served.process.wait(timeout=DEADLINE) == 0
+    logged = [json.loads(line)["event"] for line in served.stderr.read_text().splitlines()]
+    assert logged[-3:] == ["signal_received", "server_stopping", "server_stopped"]
+    with serving(tmp_path) as again:
+        sessions = httpx.get(f"{again.url}/api/session", timeout=DEADLINE).json()
+        assert [s["title"] for s in sessions] == ["kept"]
+        again.process.send_signal(signal.SIGTERM)
+        assert again.process.wait(timeout=DEADLINE) == 0
+
+
+def test_a_bad_config_key_exits_2_with_one_line_naming_it(tmp_path: Path) -> None:
+    """A typo in the config must stop the start with a message that points at the key."""
+    (tmp_path / "coordinator.toml").write_text("[server]\nprot = 4097\n")
+    result = run_cli(tmp_path, "serve", "--config", "coordinator.toml")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "coordinator.toml: [server].prot" in result.stderr and "unknown key" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_config_error_found_while_starting_exits_2(tmp_path: Path) -> None:
+    """A missing model script is only found when the coordinator opens; it is still a config error."""
+    (tmp_path / "coordinator.toml").write_text('[model]\nprovider = "scripted"\nscript = "missing.json"\n')
+    result = run_cli(tmp_path, "serve", "--config", "coordinator.toml", "--db", "db.sqlite", "--port", "0")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "missing.json" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("serve", "--port", "many"), "--port"),
+        (("serve", "--port", "70000"), "[server].port"),
+        (("serve", "--colour"), "--colour"),
+        (("frobnicate",), "frobnicate"),
+        (("events", "--after", "x"), "--after"),
+        ((), "COMMAND"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    """Usage errors are one line on stderr, not a usage dump, so that scripts can log them."""
+    result = run_cli(tmp_path, *args)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("coordinator: error: ") and fragment in result.stderr
+
+
+def test_a_taken_port_exits_1_with_one_line(tmp_path: Path) -> None:
+    """A port another program holds is a run-time failure, reported with the address."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = run_cli(tmp_path, "serve", "--db", "db.sqlite", "--port", port)
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) >= 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_events_prints_the_stored_events_as_json_lines(tmp_path: Path) -> None:
+    """``coordinator events`` without --follow prints what is stored, one JSON object a line, and exits."""
+    with serving(tmp_path) as served:
+        for title in ("a", "b"):
+            httpx.post(f"{served.url}/api/session", json={"title": title}, timeout=DEADLINE)
+        result = run_cli(tmp_path, "events", "--url", served.url)
+        after_first = run_cli(tmp_path, "events", "--url", served.url, "--after", "1")
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=DEADLINE) == 0
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["seq"], e["type"], e["session"]["title"]) for e in events] == [
+        (1, "session.created", "a"),
+        (2, "session.created", "b"),
+    ]
+    assert [json.loads(line)["seq"] for line in after_first.stdout.splitlines()] == [2]
+
+
+@pytest.mark.slow
+def test_events_follow_prints_live_events_and_the_token_comes_from_the_environment(tmp_path: Path) -> None:
+    """--follow streams new events as they happen; COORDINATOR_TOKEN protects the API and opens it."""
+    with serving(tmp_path, COORDINATOR_TOKEN="s3cret") as served:
+        assert httpx.get(f"{served.url}/api/session", timeout=DEADLINE).status_code == 401
+        refused = run_cli(tmp_path, "events", "--url", served.url)
+        assert refused.returncode == 1 and "Unauthorized" in refused.stderr
+        follower = subprocess.Popen(
+            coordinator("events", "--url", served.url, "--follow"),
+            cwd=tmp_path,
+            env=cli_env(COORDINATOR_TOKEN="s3cret"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            headers = {"Authorization": "Bearer s3cret"}
+            httpx.post(f"{served.url}/api/session", json={"title": "live"}, headers=headers, timeout=DEADLINE)
+            event = json.loads(read_line(follower))
+            assert (event["type"], event["session"]["title"]) == ("session.created", "live")
+            follower.send_signal(signal.SIGINT)
+            assert follower.wait(timeout=DEADLINE) == 0
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+            assert follower.stdout is not None
+            follower.stdout.close()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=DEADLINE) == 0
