@@ -29,9 +29,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check coordinator actors tests
 	$(BIN)/ruff check coordinator actors tests
 	$(BIN)/mypy
-	# The 100s (cancellation and cleanup) and 200s (blocking calls); ASYNC127 asks for httpx2, but the
-	# stack is httpx. The 900s (every async function must checkpoint; no async generators) are not adopted.
-	$(BIN)/flake8-async --startable-in-context-manager=run --enable=ASYNC1,ASYNC2 --disable=ASYNC127 $$(git ls-files 'coordinator/*.py' 'actors/*.py')
+	@# The 100s (cancellation and cleanup) and 200s (blocking calls). Not adopted: ASYNC124 (ASGI
+	@# endpoints must be async), ASYNC127 (asks for httpx2; the stack is httpx), the 900s.
+	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http \
+		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py' 'actors/*.py')
 
 fmt: $(STAMP)
 	$(BIN)/ruff format coordinator actors tests

@@ -26,6 +26,8 @@ class ActorHandle:
     parent: ActorHandle | None = None
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     reason: StopReason | None = None
+    # The reason this actor's own deadline stands for, once the deadline has passed (a tool's).
+    deadline_reason: StopReason | None = None
 
     def stop(self, reason: StopReason) -> bool:
         """Record ``reason`` (unless one is recorded already), then cancel the scope.
@@ -44,6 +46,8 @@ class ActorHandle:
         while handle is not None:
             if handle.reason is not None:
                 return handle.reason
+            if handle.deadline_reason is not None and handle.scope.cancel_called:
+                return handle.deadline_reason
             handle = handle.parent
         return None
 

@@ -13,7 +13,6 @@ asked for the call, or ``execute`` for a nested call) before the actor starts. I
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import structlog
@@ -24,6 +23,7 @@ from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events, permissions
 from coordinator.errors import ToolFailure
+from coordinator.reasons import Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
 from coordinator.store import Queries
 from coordinator.store.rows import ToolCallRow
@@ -46,11 +46,14 @@ async def run(
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
     """
     handle = parent.child("tool_call", call.call_id)
-    context = tool_services.build_context(turn, handle, call)
+    # The tool's own run, under its deadline: nested calls of execute are its children, so a deadline
+    # that cuts them off reaches them with its reason.
+    running = handle.child("tool_run", call.call_id)
+    context = tool_services.build_context(turn, running, call)
     with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
         task_status.started(handle)
         try:
-            output = await _permit_and_run(turn, handle, call, context, restore)
+            output = await _permit_and_run(turn, handle, running, call, context, restore)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
             # A finished result is kept even if a stop arrives now: settle it shielded.
@@ -70,6 +73,7 @@ async def run(
 async def _permit_and_run(
     turn: TurnScope,
     handle: ActorHandle,
+    running: ActorHandle,
     call: ToolCallRow,
     context: ToolContext,
     restore: PermissionRequest | None,
@@ -80,7 +84,7 @@ async def _permit_and_run(
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
     await _check_permission(turn, handle, call, tool, restore)
-    return await _run_bounded(turn, tool, call, context)
+    return await _run_bounded(turn, running, tool, call, context)
 
 
 async def _check_permission(
@@ -106,10 +110,16 @@ async def _check_permission(
         raise ToolFailure(type="declined", message=message)
 
 
-async def _run_bounded(turn: TurnScope, tool: Tool, call: ToolCallRow, context: ToolContext) -> Any:
-    scope = "execute" if call.name == "execute" else "tool"
-    limit = turn.runtime.config.timeouts.limit(scope)
-    with trio.move_on_after(math.inf if limit is None else limit) as timer:
+async def _run_bounded(
+    turn: TurnScope, running: ActorHandle, tool: Tool, call: ToolCallRow, context: ToolContext
+) -> Any:
+    """Run the tool under its ``[timeouts]`` deadline; a passed deadline fails the call as timeout."""
+    limit = None if tool.deadline_scope is None else turn.runtime.config.timeouts.limit(tool.deadline_scope)
+    if limit is not None:
+        assert tool.deadline_scope is not None
+        running.deadline_reason = Timeout(scope=tool.deadline_scope, after=limit)
+        running.scope.deadline = trio.current_time() + limit
+    with running.scope:
         try:
             await turn.checkpoint("tool.start")
             output = await tool.run(context, call.input)
@@ -120,8 +130,8 @@ async def _run_bounded(turn: TurnScope, tool: Tool, call: ToolCallRow, context: 
         except Exception as exc:
             log.info("tool_raised", call_id=call.call_id, exc_info=exc)
             raise ToolFailure(type="error", message=f"{type(exc).__name__}: {exc}") from exc
-    assert timer.cancelled_caught
-    raise ToolFailure(type="timeout", message=f"the {scope} deadline of {limit:g}s passed")
+    assert running.scope.cancelled_caught and limit is not None
+    raise ToolFailure(type="timeout", message=f"the {tool.deadline_scope} deadline of {limit:g}s passed")
 
 
 def _partial(context: ToolContext, reported: Any = None) -> Partial | None:

@@ -183,4 +183,4 @@ def _run_trio(function: Callable[..., Any], *args: Any) -> None:
             leaf = leaf.exceptions[0]
         if leaf is group:
             raise
-        raise leaf from None
+        raise leaf from group  # noqa: ASYNC123 (a lone child, its group kept as the cause)

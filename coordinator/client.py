@@ -158,9 +158,10 @@ class CoordinatorClient:
         delay = RECONNECT_FIRST
         while True:
             try:
+                # The generator is closed by aclosing; consumers cancel rather than break (docstring).
                 async with contextlib.aclosing(self._stream_once(path, last, follow)) as stream:
                     async for event in stream:
-                        yield event
+                        yield event  # noqa: ASYNC119 (closed by aclosing; consumers cancel, never break)
                         last = int(event["seq"])
                         delay = RECONNECT_FIRST
                 if not follow:
@@ -185,7 +186,7 @@ class CoordinatorClient:
             lines = cast(AsyncGenerator[str, None], response.aiter_lines())
             async with contextlib.aclosing(lines), contextlib.aclosing(parse_sse(lines)) as events:
                 async for event in events:
-                    yield event
+                    yield event  # noqa: ASYNC119 (closed by aclosing; consumers cancel, never break)
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncGenerator[dict[str, Any], None]:

@@ -42,7 +42,7 @@ class Listening:
         return cls(host=host.strip("[]"), port=int(port))
 
 
-async def serve(
+async def serve(  # noqa: ASYNC128 (started by serve_until)
     config: Config, *, task_status: trio.TaskStatus[Listening] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the API on ``config.server.host``/``port`` until cancelled; reports ``Listening`` once bound.
@@ -94,7 +94,7 @@ async def serve_until(
                 log.info("server_stopped")
 
 
-async def _run_http(
+async def _run_http(  # noqa: ASYNC128 (started by hypercorn via task_status)
     app: Any,
     config: HypercornConfig,
     stop: trio.Event,

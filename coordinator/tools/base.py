@@ -86,6 +86,8 @@ class Tool:
     spec: ToolSpec
     resource: Callable[[dict[str, Any]], str]
     run: ToolRun
+    # Which ``[timeouts]`` key bounds a call; None for a tool that waits on a person under its own.
+    deadline_scope: Literal["tool", "execute"] | None = "tool"
 
     @property
     def name(self) -> str:

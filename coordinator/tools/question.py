@@ -66,4 +66,4 @@ async def _run(ctx: ToolContext, input: dict[str, Any]) -> Any:
 
 
 def question_tool() -> Tool:
-    return Tool(spec=SPEC, resource=any_resource, run=_run)
+    return Tool(spec=SPEC, resource=any_resource, run=_run, deadline_scope=None)

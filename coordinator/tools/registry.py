@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coordinator.config import Config
 from coordinator.tools.base import Tool
+from coordinator.tools.execute import execute_tool
 from coordinator.tools.plugins import load_plugins
 from coordinator.tools.question import question_tool
 from coordinator.tools.shell import shell_tool
@@ -11,5 +12,5 @@ from coordinator.tools.shell import shell_tool
 
 def build_tools(config: Config) -> dict[str, Tool]:
     """Every tool by name. **Raises:** ``ConfigError`` for a plugin that cannot be loaded."""
-    tools = [shell_tool(), question_tool(), *load_plugins(config)]
+    tools = [shell_tool(), question_tool(), execute_tool(), *load_plugins(config)]
     return {tool.name: tool for tool in tools}

@@ -12,6 +12,7 @@ import trio
 from coordinator import clock
 from coordinator.config import TimeoutsConfig
 from tests.conftest import ASK_SHELL, make_config, running
+from tests.processes import wait_gone
 from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL, SLOW_CALL, config_for
 
 
@@ -67,13 +68,4 @@ async def test_a_tool_deadline_kills_the_whole_process_group(tmp_path: Path) -> 
             await recorder.wait_for("session.idle")
         assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "timeout"
     for pid in map(int, pids.read_text().split()):
-        assert not _alive(pid), f"process {pid} outlived its tool call"
-
-
-def _alive(pid: int) -> bool:
-    """Alive and not a zombie (this container's init may not reap orphans)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+        assert await wait_gone(pid), f"process {pid} outlived its tool call"
