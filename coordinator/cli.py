@@ -14,8 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NoReturn
 
 import httpx
@@ -117,15 +116,40 @@ async def _serve_until_signal(config: Config) -> None:
 
     # Installed before the server starts, so a signal at any later point is a graceful shutdown.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-
-        async def until_signal() -> None:
-            async for signum in signals:
-                log.info("signal_received", signal=signal.Signals(signum).name)
-                return
-
         async with trio.open_nursery() as nursery:
-            listening = await nursery.start(partial(serve_until, config, until_signal))
+
+            async def until_signal() -> None:
+                async for signum in signals:
+                    log.info("signal_received", signal=signal.Signals(signum).name)
+                    nursery.start_soon(
+                        _force_exit_later, signals, config.server.shutdown_grace + FORCE_MARGIN
+                    )
+                    return
+
+            async def run_server(task_status: trio.TaskStatus[Any]) -> None:
+                await serve_until(config, until_signal, task_status=task_status)
+                nursery.cancel_scope.cancel(reason="the server stopped")
+
+            listening = await nursery.start(run_server)
             print(f"coordinator listening on {listening.url}", flush=True)
+
+
+# Seconds past ``shutdown_grace`` before a shutdown that has not finished is forced.
+FORCE_MARGIN = 5.0
+
+
+async def _force_exit_later(signals: AsyncIterator[int], deadline: float) -> None:
+    """A second signal, or the deadline, ends the process at once, settling nothing.
+
+    What was left is then found by the next start as a crash (its owner is dead) and resumed.
+    """
+    with trio.move_on_after(deadline) as waiting:
+        async for signum in signals:
+            log.warning("forced_exit", signal=signal.Signals(signum).name)
+            break
+    if waiting.cancelled_caught:
+        log.warning("forced_exit", reason="shutdown deadline passed", seconds=deadline)
+    os._exit(EXIT_FAILED)
 
 
 def _events(args: argparse.Namespace) -> int:

@@ -25,9 +25,19 @@ log = structlog.get_logger()
 DECISIONS = ("once", "always", "reject")
 
 
+def _text(value: object, what: str, *, empty_ok: bool) -> str:
+    """``value`` as text the store can keep (UTF-8: no lone surrogates). **Raises:** ``InvalidRequest``."""
+    if not isinstance(value, str) or (not empty_ok and not value.strip()):
+        raise errors.InvalidRequest(message=f"{what} must be a {'' if empty_ok else 'non-empty '}string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidRequest(message=f"{what} is not valid UTF-8 text: {exc.reason}") from exc
+    return value
+
+
 async def create_session(runtime: Runtime, title: str) -> Session:
-    if not isinstance(title, str):
-        raise errors.InvalidRequest(message="title must be a string")
+    title = _text(title, "title", empty_ok=True)
     session_id = new_id("ses")
     async with runtime.store.transaction() as tx:
         tx.insert_session(session_id, title, now_rfc3339())
@@ -38,8 +48,7 @@ async def create_session(runtime: Runtime, title: str) -> Session:
 
 
 async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise errors.InvalidRequest(message="text must be a non-empty string")
+    text = _text(text, "text", empty_ok=False)
     turn_id = new_id("turn")
     async with runtime.store.transaction() as tx:
         tx.insert_turn(turn_id, session_id, text, now_rfc3339())

@@ -75,3 +75,17 @@ async def test_the_demo_model_runs_shell_for_run_prompts(tmp_path: Path, autojum
         assert "session.tool.succeeded" in types
         history = await coord.history(session.id)
         assert history[1].parts[0].output["stdout"] == "embedded\n"  # type: ignore[union-attr]
+
+
+async def test_text_the_store_cannot_keep_is_an_invalid_request(tmp_path: Path, autojump_clock: Any) -> None:
+    """A lone surrogate is refused with a named error, never a raw encoding error."""
+    from coordinator.errors import InvalidRequest
+
+    async with open_coordinator(make_config(tmp_path), synchronous="normal") as coord:
+        with pytest.raises(InvalidRequest):
+            await coord.create_session(title="bad \ud800")
+        session = await coord.create_session()
+        with pytest.raises(InvalidRequest):
+            await coord.prompt(session.id, "bad \udfff")
+        with pytest.raises(InvalidRequest):
+            await coord.prompt(session.id, "   ")
