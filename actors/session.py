@@ -23,13 +23,14 @@ import trio
 from actors import step, tool_call
 from actors.context import SETTLE_SECONDS, Runtime, TurnScope
 from actors.handle import ActorHandle
-from coordinator import events
+from coordinator import events, wire
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, Shutdown, StopReason, Timeout
 from coordinator.records import PermissionRequest, ToolError
 from coordinator.store.rows import ToolCallRow, TurnRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
+from coordinator.tools.process import ProcessGroup
 
 log = structlog.get_logger()
 
@@ -223,10 +224,21 @@ def _fail_interrupted_work(
         if call.parent_call_id is None and tool_call.waits_on_a_person(tx, scope.session_id, call.call_id):
             restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
             continue
+        _kill_left_process_group(tx, scope.session_id, call.call_id)
         error = _restart_error()
         if tx.settle_tool_call(scope.session_id, call.call_id, error=error):
             tx.emit(events.tool_failed(scope.session_id, call.call_id, error, None))
     return restorable
+
+
+def _kill_left_process_group(tx: SqliteTx, session_id: str, call_id: str) -> None:
+    """Kill what a call's tool started if its coordinator died before it could (same boot only)."""
+    recorded = tx.process_group_of(session_id, call_id)
+    if recorded is None:
+        return
+    group: ProcessGroup = wire.structure(recorded, ProcessGroup)
+    if group.kill_if_left():
+        log.warning("orphaned_process_group_killed", call_id=call_id, pgid=group.pgid)
 
 
 def _restart_error() -> ToolError:
@@ -284,6 +296,7 @@ def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> No
             continue
         if reason.resumable and tool_call.waits_on_a_person(tx, session_id, call.call_id):
             continue
+        _kill_left_process_group(tx, session_id, call.call_id)
         error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
         if tx.settle_tool_call(session_id, call.call_id, error=error):
             tx.emit(events.tool_failed(session_id, call.call_id, error, None))

@@ -15,6 +15,7 @@ from coordinator.records import NestedCall, Question
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.base import CallResult, FormReply, ToolContext
+from coordinator.tools.process import ProcessGroup
 
 # A finished nested call's output in a partial result and in progress events is a preview of at most
 # this many characters (of its JSON); the full output stays in the store, on the nested call's row.
@@ -55,8 +56,13 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         async with turn.write() as tx:
             tx.emit(events.tool_progress_log(turn.session_id, call.call_id, line))
 
+    async def record_process_group(group: ProcessGroup) -> None:
+        async with turn.write() as tx:
+            tx.set_process_group(turn.session_id, call.call_id, group)
+
     context.report_progress = report_progress
     context.open_form = open_form
+    context.record_process_group = record_process_group
     if call.name == "execute":
         context.call_nested = call_nested
         context.write_log = write_log

@@ -153,4 +153,10 @@ def _v1(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1]
+def _v2(db: apsw.Connection) -> None:
+    # The process group a running tool started ({pgid, started}), killed by a later start if the
+    # coordinator that started it died.
+    db.execute("ALTER TABLE tool_calls ADD COLUMN process_group TEXT")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2]

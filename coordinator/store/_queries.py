@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -246,18 +247,30 @@ class Queries:
 
     def history(self, session_id: str) -> list[Message]:
         """The session's messages with their parts, tool parts joined with their calls."""
-        messages = self._all(
-            "SELECT id, turn_id, role, created_at FROM messages WHERE session_id = ? ORDER BY ord",
+        return self.history_with_model_ids(session_id)[0]
+
+    def history_with_model_ids(self, session_id: str) -> tuple[list[Message], dict[str, str | None]]:
+        """The history, and each tool call's model id (what the model is sent back), in two reads.
+
+        One join reads every message with its parts in order (not a query per message): a step
+        rebuilds the history before every model request, so this runs once per step.
+        """
+        calls = {c.call_id: c for c in self.tool_calls_of_session(session_id)}
+        rows = self._all(
+            "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id "
+            "FROM messages m LEFT JOIN parts p ON p.message_id = m.id "
+            "WHERE m.session_id = ? ORDER BY m.ord, p.ord",
             (session_id,),
         )
-        calls = {c.call_id: c for c in self.tool_calls_of_session(session_id)}
         result = []
-        for message_id, turn_id, role, created_at in messages:
-            parts: list[TextPart | ToolPart] = []
-            for kind, text, call_id in self._all(
-                "SELECT kind, text, call_id FROM parts WHERE message_id = ? ORDER BY ord", (message_id,)
-            ):
-                parts.append(TextPart(text=text) if kind == "text" else _tool_part(calls[call_id]))
+        for message_id, group in itertools.groupby(rows, key=lambda row: row[0]):
+            first, *rest = group
+            _, turn_id, role, created_at = first[:4]
+            parts: list[TextPart | ToolPart] = [
+                TextPart(text=text) if kind == "text" else _tool_part(calls[call_id])
+                for *_, kind, text, call_id in (first, *rest)
+                if kind is not None  # a message without parts joins one row of NULLs
+            ]
             result.append(
                 Message(
                     id=message_id,
@@ -268,7 +281,7 @@ class Queries:
                     created_at=created_at,
                 )
             )
-        return result
+        return result, {call.call_id: call.model_call_id for call in calls.values()}
 
     # tool calls -----------------------------------------------------------------------------
     def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None:
@@ -341,6 +354,18 @@ class Queries:
         )
         return self.db.changes() == 1
 
+    def set_process_group(self, session_id: str, call_id: str, group: Any) -> None:
+        self.db.execute(
+            "UPDATE tool_calls SET process_group = ? WHERE session_id = ? AND call_id = ?",
+            (dump_json(group), session_id, call_id),
+        )
+
+    def process_group_of(self, session_id: str, call_id: str) -> Any:
+        row = self._one(
+            "SELECT process_group FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return None if row is None else load_json(row[0])
+
     def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None:
         self.db.execute(
             "UPDATE tool_calls SET progress = ? WHERE session_id = ? AND call_id = ?",
@@ -376,8 +401,12 @@ class Queries:
 
     def fence(self, session_id: str, owner: str, epoch: int) -> None:
         """Raise ``Fenced`` unless ``owner`` still holds the claim at ``epoch``."""
-        claim = self.get_claim(session_id)
-        if claim is None or claim.owner != owner or claim.epoch != epoch or claim.state != "held":
+        # One indexed probe, no record built: every write of a turn runs this.
+        held = self._one(
+            "SELECT 1 FROM claims WHERE session_id = ? AND owner = ? AND epoch = ? AND state = 'held'",
+            (session_id, owner, epoch),
+        )
+        if held is None:
             raise errors.Fenced(session_id=session_id, epoch=epoch)
 
     def set_claim_state(self, session_id: str, state: str) -> None:

@@ -68,6 +68,9 @@ class ToolContext:
     call_nested: NestedCaller | None = None
     write_log: LogWriter | None = None
     open_form: FormOpener | None = None
+    # Records a process group the tool started, durably, so that a later start can kill it if this
+    # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
+    record_process_group: Callable[[Any], Awaitable[None]] | None = None
     latest_progress: Any = None
     logs: list[str] = attrs.Factory(list)
     calls: list[NestedCall] = attrs.Factory(list)

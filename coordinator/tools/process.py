@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -106,6 +106,46 @@ class ProcessResult:
 OutputCallback = Callable[[ProcessOutput], None]
 
 
+@attrs.frozen
+class ProcessGroup:
+    """A process group as recorded for a later start: its id and its leader's start time (boot ticks)."""
+
+    pgid: int
+    started: int
+    boot_id: str
+
+    @classmethod
+    def of(cls, pgid: int) -> ProcessGroup:
+        from coordinator.claims import boot_id
+
+        return cls(pgid=pgid, started=_start_ticks(pgid) or 0, boot_id=boot_id())
+
+    def kill_if_left(self) -> bool:
+        """SIGKILL what is left of the group, unless its id now belongs to another process.
+
+        A group's id is its leader's pid, and a pid is not reused while its group has members; so the
+        id is ours if no process has that pid (only members are left), or if the process with that
+        pid started when our leader did. Never after a reboot (another boot id).
+        """
+        from coordinator.claims import boot_id
+
+        ticks = _start_ticks(self.pgid)
+        if self.boot_id != boot_id() or (ticks is not None and ticks != self.started):
+            return False
+        return signal_group(self.pgid, signal.SIGKILL)
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+StartCallback = Callable[[ProcessGroup], Awaitable[None]]
+
+
 async def run_in_process_group(
     argv_or_command: str | Sequence[str],
     *,
@@ -117,6 +157,7 @@ async def run_in_process_group(
     on_output: OutputCallback | None = None,
     output: ProcessOutput | None = None,
     term_grace: float = TERM_GRACE,
+    on_start: StartCallback | None = None,
 ) -> ProcessResult:
     """Run a process in a new session (its own process group) and wait until it exits.
 
@@ -134,6 +175,8 @@ async def run_in_process_group(
         on_output: called (synchronously, keep it cheap) with the output after every chunk read.
         output: where to capture; pass one in to read what was printed after a stop.
         term_grace: seconds between SIGTERM and SIGKILL on a stop.
+        on_start: awaited with the new process group once it runs, so that the caller can record it
+            durably: a coordinator that dies cannot kill the group, the next start can.
 
     **Cancellation:** the process group gets SIGTERM, then SIGKILL after ``term_grace`` seconds if the
     process has not exited; the process is always reaped and the pipes drained into ``output`` and
@@ -158,6 +201,8 @@ async def run_in_process_group(
     # With start_new_session the child leads a new session and group whose id is its pid.
     pgid = proc.pid
     try:
+        if on_start is not None:
+            await on_start(ProcessGroup.of(pgid))
         async with trio.open_nursery() as nursery:
             _start_pumps(nursery, proc, output, on_output)
             await proc.wait()

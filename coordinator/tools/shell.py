@@ -108,6 +108,7 @@ async def _run_command(
                 output=output,
                 on_output=reporter,
                 term_grace=term_grace,
+                on_start=ctx.record_process_group,
             )
     except OSError as exc:
         raise ToolFailure(
