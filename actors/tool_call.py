@@ -122,7 +122,7 @@ async def _run_bounded(
     with running.scope:
         try:
             await turn.checkpoint("tool.start")
-            output = await tool.run(context, call.input)
+            output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
             return output
         except ToolFailure:
@@ -132,6 +132,22 @@ async def _run_bounded(
             raise ToolFailure(type="error", message=f"{type(exc).__name__}: {exc}") from exc
     assert running.scope.cancelled_caught and limit is not None
     raise ToolFailure(type="timeout", message=f"the {tool.deadline_scope} deadline of {limit:g}s passed")
+
+
+async def _run_publishing_progress(
+    turn: TurnScope, tool: Tool, call: ToolCallRow, context: ToolContext
+) -> Any:
+    try:
+        async with trio.open_nursery() as progress:
+            progress.start_soon(tool_services.serve_progress, turn, context)
+            output = await tool.run(context, call.input)
+            progress.cancel_scope.cancel(reason="the tool returned: no more progress")
+            return output
+    except BaseExceptionGroup as group:
+        # The tool's own exception, alone in the group the progress nursery wrapped it in.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None  # noqa: ASYNC123 (a lone child; nothing is lost)
+        raise
 
 
 def _partial(context: ToolContext, reported: Any = None) -> Partial | None:

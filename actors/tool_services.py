@@ -6,6 +6,8 @@ import itertools
 import json
 from typing import Any
 
+import trio
+
 from actors import question_form
 from actors.context import TurnScope
 from actors.handle import ActorHandle
@@ -34,6 +36,7 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
 
     def report_progress(detail: Any) -> None:
         context.latest_progress = detail
+        context.progress_changed.set()
 
     async def open_form(questions: list[Question]) -> FormReply:
         form = await question_form.run(turn, handle, call_id=call.call_id, questions=questions)
@@ -106,6 +109,26 @@ async def _record_nested(
     context.calls.append(finished)
     async with turn.write() as tx:
         tx.emit(events.tool_progress_nested(turn.session_id, context.call_id, finished))
+
+
+# At most one progress commit per call in this many seconds; in between, only the latest detail is kept.
+PROGRESS_SECONDS = 0.2
+
+
+async def serve_progress(turn: TurnScope, context: ToolContext) -> None:
+    """For as long as the tool runs: store and publish its latest progress detail.
+
+    Details reported faster than ``PROGRESS_SECONDS`` are coalesced: only the latest is written. A stop
+    does not need this task: the call's partial result carries the latest detail anyway.
+    """
+    while True:
+        await context.progress_changed.wait()
+        context.progress_changed = trio.Event()
+        detail = context.latest_progress
+        async with turn.write() as tx:
+            tx.set_tool_progress(turn.session_id, context.call_id, detail)
+            tx.emit(events.tool_progress_detail(turn.session_id, context.call_id, detail))
+        await trio.sleep(PROGRESS_SECONDS)
 
 
 def _error_body(result: CallResult) -> Any:

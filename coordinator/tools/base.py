@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import attrs
+import trio
 
 from coordinator.models.base import ToolSpec
 from coordinator.records import NestedCall, Question, ToolError
@@ -56,7 +57,8 @@ class LogWriter(Protocol):
 class ToolContext:
     """Owned by one tool-call actor while its tool runs.
 
-    ``report_progress`` records the latest progress detail; ``logs`` and ``calls`` collect what a script
+    ``report_progress`` records the latest progress detail, which is stored and published as
+    ``session.tool.progress`` (``remember_progress`` only keeps it); ``logs`` and ``calls`` collect what a script
     printed and which nested calls finished. A stop puts all three into the call's partial result, so
     work done so far is never lost.
     """
@@ -72,6 +74,11 @@ class ToolContext:
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None
     latest_progress: Any = None
+    progress_changed: trio.Event = attrs.Factory(trio.Event)
+
+    def remember_progress(self, detail: Any) -> None:
+        """Keep ``detail`` for the partial result of a stop, without publishing it (a shell's output)."""
+        self.latest_progress = detail
     logs: list[str] = attrs.Factory(list)
     calls: list[NestedCall] = attrs.Factory(list)
 

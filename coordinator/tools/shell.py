@@ -115,7 +115,7 @@ async def _run_command(
             type="error", message=f"shell: cannot start /bin/sh in {ctx.workdir}: {exc}"
         ) from exc
     except BaseException:
-        ctx.report_progress({**output.texts(), "stopped": True})
+        ctx.remember_progress({**output.texts(), "stopped": True})
         raise
     if deadline.cancelled_caught:
         raise ToolFailure(
@@ -136,6 +136,6 @@ class _ProgressReporter:
         if now - self.last < PROGRESS_INTERVAL:
             return
         self.last = now
-        self.ctx.report_progress(
+        self.ctx.remember_progress(
             {**output.tails(), "stdout_bytes": output.stdout.total, "stderr_bytes": output.stderr.total}
         )

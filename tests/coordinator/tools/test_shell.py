@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -22,14 +23,28 @@ from coordinator.tools.process import (
     signal_group,
 )
 from coordinator.tools.shell import shell_tool
+from tests.processes import wait_gone
 
 # Generous: these bound real processes that should take milliseconds, so a slow machine never flakes.
 PATIENCE = 10.0
 GRACE = 0.2
 
 
+@attrs.define(kw_only=True)
+class RecordingContext(ToolContext):
+    """Keeps every progress detail the shell remembers, in order."""
+
+    seen: list[Any]
+
+    def remember_progress(self, detail: Any) -> None:
+        self.seen.append(detail)
+        super().remember_progress(detail)
+
+
 def make_context(workdir: Path, progress: list[Any]) -> ToolContext:
-    return ToolContext(session_id="s1", call_id="c1", workdir=workdir, report_progress=progress.append)
+    return RecordingContext(
+        session_id="s1", call_id="c1", workdir=workdir, report_progress=lambda detail: None, seen=progress
+    )
 
 
 def is_alive(pid: int) -> bool:
@@ -119,7 +134,7 @@ async def test_backgrounded_grandchild_does_not_keep_a_finished_command_open(tmp
     with trio.fail_after(PATIENCE):
         result = await shell_tool().run(make_context(tmp_path, []), {"command": command})
     assert result == {"exit_code": 0, "stdout": "done\n", "stderr": ""}
-    assert not is_alive(int((tmp_path / "grandchild.pid").read_text()))
+    assert await wait_gone(int((tmp_path / "grandchild.pid").read_text()))
 
 
 async def test_process_that_left_the_group_does_not_keep_the_call_open(tmp_path: Path) -> None:
@@ -142,7 +157,7 @@ async def test_stop_kills_child_and_grandchild_and_keeps_partial_output(tmp_path
     script += f"{write_pid('child.pid')}; wait"
     child, grandchild = await run_until_pid_files({"command": script}, ctx, "child.pid", "grandchild.pid")
     assert not exists(child), "the shell was not reaped"
-    assert not is_alive(grandchild)
+    assert await wait_gone(grandchild)
     assert progress[-1] == {"stdout": "started\n", "stderr": "warming\n", "stopped": True}
 
 
@@ -156,7 +171,7 @@ async def test_stop_kills_grandchild_that_ignores_sigterm(tmp_path: Path) -> Non
     child, grandchild = await run_until_pid_files({"command": script}, ctx, "child.pid", "grandchild.pid")
     assert trio.current_time() - started >= GRACE
     assert not exists(child), "the shell was not reaped"
-    assert not is_alive(grandchild)
+    assert await wait_gone(grandchild)
     assert progress[-1]["stdout"] == "stubborn\n"
     assert progress[-1]["stopped"] is True
 
