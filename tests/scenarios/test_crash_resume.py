@@ -136,19 +136,15 @@ async def test_a_turn_that_keeps_crashing_is_failed_after_max_resumes(
         assert (info.status, info.claim, info.last_outcome) == ("idle", None, "failed")
 
 
-async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
-    tmp_path: Path, autojump_clock: Any
-) -> None:
+async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(tmp_path: Path) -> None:
     """A tool's processes outlive a killed coordinator; the next start kills them (same boot)."""
-    import subprocess
-
     from coordinator.store import open_store
     from coordinator.tools.process import ProcessGroup
     from tests.processes import is_gone
 
     config = config_for(tmp_path)
     session_id, turn_id, _ = await crash_at(config, [SLOW_CALL, DONE], "session.tool.started")
-    orphan = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    orphan = await trio.lowlevel.open_process(["sleep", "60"], start_new_session=True)
     try:
         with open_store(config.server.db, synchronous="normal") as store:
             async with store.transaction() as tx:
@@ -156,8 +152,10 @@ async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
                 tx.set_process_group(session_id, call_id, ProcessGroup.of(orphan.pid))
         async with running(config, [DONE]) as (_, recorder):
             await recorder.wait_for("session.idle")
-        assert orphan.wait(timeout=5) == -9
+        with trio.fail_after(5):
+            assert await orphan.wait() == -9
         assert is_gone(orphan.pid)
     finally:
         orphan.kill()
-        orphan.wait()
+        with trio.move_on_after(5, shield=True):
+            await orphan.wait()
