@@ -15,6 +15,7 @@ from actors.handle import ActorHandle
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.config import Config
+from coordinator.errors import ToolFailure
 from coordinator.models.base import Model
 from coordinator.reasons import Failure, StopReason
 from coordinator.store import SqliteStore, SqliteTx
@@ -92,6 +93,7 @@ class TurnScope:
     epoch: int
     handle: ActorHandle
     resumed_after: str | None = None
+    settling: bool = False
     live_waits: int = 0
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
@@ -155,10 +157,16 @@ class TurnScope:
 
     @contextlib.contextmanager
     def failing_on_error(self, what: str) -> Iterator[None]:
-        """Turn an unexpected exception into a typed stop *before* it cancels sibling actors."""
+        """Turn an unexpected exception into a typed stop *before* it cancels sibling actors.
+
+        A tool's own failure (``ToolFailure``) is expected and passes through untouched.
+        """
         try:
             yield
+        except ToolFailure:
+            raise
         except Exception as exc:
-            log.error("actor_failed", actor=what, exc_info=exc)
-            self.handle.stop(Failure(message=f"internal error in {what}: {type(exc).__name__}: {exc}"))
+            failure = Failure(message=f"internal error in {what}: {type(exc).__name__}: {exc}")
+            if self.handle.stop(failure):
+                log.error("actor_failed", actor=what, exc_info=exc)
             raise

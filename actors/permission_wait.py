@@ -41,11 +41,13 @@ async def run(
     action: str,
     resource: str,
     restore: PermissionRequest | None = None,
+    restorable: bool,
 ) -> Replied:
     """Ask (or, after a restart, ask again) whether a tool call may run, and wait for the answer.
 
     **Cancellation:** the request is revoked with the turn's reason (one ``permission.revoked``), or kept
-    pending for a shutdown; in a shielded scope bounded by ``SETTLE_SECONDS``.
+    pending for a shutdown when ``restorable`` (a top-level call, which the next start can restore);
+    in a shielded scope bounded by ``SETTLE_SECONDS``.
 
     **Raises:** ``Fenced`` if the claim was taken over.
     """
@@ -68,7 +70,7 @@ async def run(
             raise AssertionError("a stopped turn did not cancel its permission wait")
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle(turn, handle, request)
+                await _settle(turn, handle, request, restorable)
             raise
         finally:
             turn.runtime.waits.forget(request.id)
@@ -113,9 +115,9 @@ async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Repli
     return Replied(decision=request.decision, message=message)
 
 
-async def _settle(turn: TurnScope, handle: ActorHandle, request: PermissionRequest) -> None:
+async def _settle(turn: TurnScope, handle: ActorHandle, request: PermissionRequest, restorable: bool) -> None:
     reason = handle.reason_or_failure()
-    if reason.resumable:
+    if reason.resumable and restorable:
         log.info("permission_kept", request_id=request.id, reason=reason.type)
         return
     async with turn.write() as tx:

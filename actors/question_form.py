@@ -22,7 +22,9 @@ from coordinator.store.sqlite import now_rfc3339
 log = structlog.get_logger()
 
 
-async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: list[Question]) -> Form:
+async def run(
+    turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: list[Question], restorable: bool
+) -> Form:
     """Show a form (or, after a restart, show its pending form again) and wait for the answer.
 
     Returns the settled form: ``submitted`` with answers, or ``cancelled`` with a feedback message.
@@ -48,7 +50,7 @@ async def run(turn: TurnScope, parent: ActorHandle, *, call_id: str, questions: 
             raise AssertionError("a stopped turn did not cancel its question form")
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle(turn, handle, form)
+                await _settle(turn, handle, form, restorable)
             raise
         finally:
             turn.runtime.waits.forget(form.id)
@@ -89,9 +91,9 @@ async def _already_settled(turn: TurnScope, form: Form) -> Form:
     return form
 
 
-async def _settle(turn: TurnScope, handle: ActorHandle, form: Form) -> None:
+async def _settle(turn: TurnScope, handle: ActorHandle, form: Form, restorable: bool) -> None:
     reason = handle.reason_or_failure()
-    if reason.resumable:
+    if reason.resumable and restorable:
         log.info("form_kept", form_id=form.id, reason=reason.type)
         return
     async with turn.write() as tx:

@@ -20,17 +20,16 @@ import attrs
 import structlog
 import trio
 
-from actors import step, tool_call
+from actors import settlement, step, tool_call
 from actors.context import SETTLE_SECONDS, Runtime, TurnScope
 from actors.handle import ActorHandle
-from coordinator import events, wire
+from coordinator import events
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, Shutdown, StopReason, Timeout
 from coordinator.records import PermissionRequest, ToolError
 from coordinator.store.rows import ToolCallRow, TurnRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
-from coordinator.tools.process import ProcessGroup
 
 log = structlog.get_logger()
 
@@ -102,6 +101,7 @@ async def _run_turn(
     try:
         with structlog.contextvars.bound_contextvars(turn_id=turn.id):
             reason = await _execute(runtime, scope, turn, takeover)
+            scope.settling = True  # from here on an interrupt answers false
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
                 await _settle(scope, reason)
             if settling.cancelled_caught:
@@ -195,71 +195,73 @@ async def _drive(scope: TurnScope) -> None:
 
 
 async def _resume(scope: TurnScope, takeover: Takeover) -> None:
-    """Continue a turn left by a shutdown or a crash: restore its waits, fail what was running."""
+    """Continue a turn left by a shutdown or a crash: restore its waits, fail what was running.
+
+    A stop decided while the turn was down (a reject of its kept request) wins: it is not resumed.
+    """
     scope.resumed_after = takeover.after
     async with scope.write() as tx:
-        tx.mark_resumed(scope.turn_id, takeover.after)
-        tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
-        restorable = _fail_interrupted_work(tx, scope)
-        note_id = new_id("msg")
-        tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
-        tx.add_text_part(note_id, RESTART_NOTE)
+        if not tx.mark_resumed(scope.turn_id, takeover.after):
+            row = tx.get_turn(scope.turn_id)
+            assert row is not None and row.stop_reason is not None
+            scope.stop_after_commit(row.stop_reason)
+            restorable: list[tuple[ToolCallRow, PermissionRequest | None]] = []
+        else:
+            tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
+            restorable = _fail_interrupted_work(tx, scope)
+            note_id = new_id("msg")
+            tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
+            tx.add_text_part(note_id, RESTART_NOTE)
     async with trio.open_nursery() as nursery:
         for call, request in restorable:
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
 
 
+# Failing what a dead process left running: steps, calls, and the waits of calls no one can restore.
+_RESTARTED = Failure(message="the server restarted; what was running could not be continued")
+_RESTART_ERROR = ToolError(
+    type="interrupted", message="the server restarted while this tool call was running"
+)
+
+
 def _fail_interrupted_work(
     tx: SqliteTx, scope: TurnScope
 ) -> list[tuple[ToolCallRow, PermissionRequest | None]]:
-    """Fail the steps and tool calls the previous process left running; keep calls that wait on a person."""
-    restart = Failure(message="the server restarted during this step")
+    """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
+    on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
+    """
     for step_id in tx.running_steps(scope.turn_id):
-        tx.settle_step(step_id, "failed", restart)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, restart))
-    restorable = []
-    for call in _children_first(tx.tool_calls_of_turn(scope.turn_id)):
+        tx.settle_step(step_id, "failed", _RESTARTED)
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
+    restorable, interrupted = [], []
+    for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
             continue
-        if call.parent_call_id is None and tool_call.waits_on_a_person(tx, scope.session_id, call.call_id):
+        if call.parent_call_id is None and settlement.waits_on_a_person(tx, scope.session_id, call.call_id):
             restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
-            continue
-        _kill_left_process_group(tx, scope.session_id, call.call_id)
-        error = _restart_error()
-        if tx.settle_tool_call(scope.session_id, call.call_id, error=error):
-            tx.emit(events.tool_failed(scope.session_id, call.call_id, error, None))
+        else:
+            interrupted.append(call)
+    settlement.fail_calls(tx, interrupted, _RESTARTED, error=_RESTART_ERROR)
     return restorable
 
 
-def _kill_left_process_group(tx: SqliteTx, session_id: str, call_id: str) -> None:
-    """Kill what a call's tool started if its coordinator died before it could (same boot only)."""
-    recorded = tx.process_group_of(session_id, call_id)
-    if recorded is None:
-        return
-    group: ProcessGroup = wire.structure(recorded, ProcessGroup)
-    if group.kill_if_left():
-        log.warning("orphaned_process_group_killed", call_id=call_id, pgid=group.pgid)
-
-
-def _restart_error() -> ToolError:
-    return ToolError(type="interrupted", message="the server restarted while this tool call was running")
-
-
-def _children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
-    """Nested calls before the call that made them (a stable sort keeps each group in order)."""
-    return sorted(calls, key=lambda c: c.parent_call_id is None)
-
-
 async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
-    """The session's own settlement, last of all, in one transaction."""
+    """The session's own settlement, last of all, in one transaction.
+
+    A stop whose intent was committed wins over what the actors settled with: a decline committed
+    while a shutdown was suspending the turn ends the turn declined, never resumed.
+    """
     await scope.checkpoint("settle.turn")
     async with scope.write() as tx:
+        row = tx.get_turn(scope.turn_id)
+        if row is not None and row.status == "stopping" and row.stop_reason is not None:
+            reason = row.stop_reason
         if reason is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
             return
-        sweep(tx, scope.session_id, scope.turn_id, reason)
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason)
         tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
         if reason.resumable:
             tx.settle_turn(scope.turn_id, "suspended", reason, None)
@@ -275,31 +277,3 @@ def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | N
     tx.set_claim_state(scope.session_id, "released")
     tx.set_last_outcome(scope.session_id, outcome)
     tx.emit(events.session_idle(scope.session_id, scope.turn_id, outcome))
-
-
-def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
-    """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
-
-    In a clean stop every child has settled itself and this finds nothing. It settles what a child
-    could not (its cleanup ran out of time) and, at a start, a stop whose settlement a crash cut short.
-    Waits and the calls waiting on them are kept for a shutdown.
-    """
-    if not reason.resumable:
-        for request in tx.pending_permissions(turn_id=turn_id):
-            tx.revoke_permission(request.id, reason)
-            tx.emit(events.permission_revoked(request, reason))
-        for form in tx.pending_forms(turn_id=turn_id):
-            tx.settle_form(form.id, "revoked", reason=reason)
-            tx.emit(events.form_revoked(form, reason))
-    for call in _children_first(tx.tool_calls_of_turn(turn_id)):
-        if call.status != "running":
-            continue
-        if reason.resumable and tool_call.waits_on_a_person(tx, session_id, call.call_id):
-            continue
-        _kill_left_process_group(tx, session_id, call.call_id)
-        error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
-        if tx.settle_tool_call(session_id, call.call_id, error=error):
-            tx.emit(events.tool_failed(session_id, call.call_id, error, None))
-    for step_id in tx.running_steps(turn_id):
-        tx.settle_step(step_id, "failed", reason)
-        tx.emit(events.step_failed(session_id, turn_id, step_id, reason))

@@ -42,11 +42,14 @@ async def run(turn: TurnScope) -> bool:
     handle = turn.handle.child("step", step_id)
     with handle.scope, turn.failing_on_error(f"step {step_id}"):
         try:
-            reply = await _ask_model(turn, index)
-            calls = await _record_reply(turn, step_id, reply)
-            async with trio.open_nursery() as nursery:
-                for call in calls:
-                    await nursery.start(tool_call.run, turn, handle, call)
+            # Inside the try: an unexpected exception stops the turn with a typed Failure before the
+            # cleanup below asks for the reason.
+            with turn.failing_on_error(f"step {step_id}"):
+                reply = await _ask_model(turn, index)
+                calls = await _record_reply(turn, step_id, reply)
+                async with trio.open_nursery() as nursery:
+                    for call in calls:
+                        await nursery.start(tool_call.run, turn, handle, call)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle(turn, step_id, handle.reason_or_failure())
@@ -86,9 +89,7 @@ async def _ask_model(turn: TurnScope, index: int) -> ModelReply:
 
 
 def _conversation(turn: TurnScope) -> tuple:  # type: ignore[type-arg]
-    read = turn.runtime.store.read
-    messages = read.history(turn.session_id)
-    model_ids = {c.call_id: c.model_call_id for c in read.tool_calls_of_session(turn.session_id)}
+    messages, model_ids = turn.runtime.store.read.history_with_model_ids(turn.session_id)
     return to_chat(messages, model_ids)
 
 

@@ -18,14 +18,13 @@ from typing import Any
 import structlog
 import trio
 
-from actors import permission_wait, tool_services
+from actors import permission_wait, settlement, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
-from coordinator import events, permissions
+from coordinator import permissions
 from coordinator.errors import ToolFailure
 from coordinator.reasons import Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
-from coordinator.store import Queries
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Tool, ToolContext
 
@@ -53,7 +52,10 @@ async def run(
     with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
         task_status.started(handle)
         try:
-            output = await _permit_and_run(turn, handle, running, call, context, restore)
+            # Inside the try: an unexpected exception stops the turn with a typed Failure before the
+            # cleanup below asks for the reason.
+            with turn.failing_on_error(f"tool call {call.call_id}"):
+                output = await _permit_and_run(turn, handle, running, call, context, restore)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
             # A finished result is kept even if a stop arrives now: settle it shielded.
@@ -100,7 +102,13 @@ async def _check_permission(
         if verdict.effect == "allow":
             return
     replied = await permission_wait.run(
-        turn, handle, call_id=call.call_id, action=call.name, resource=resource, restore=restore
+        turn,
+        handle,
+        call_id=call.call_id,
+        action=call.name,
+        resource=resource,
+        restore=restore,
+        restorable=call.parent_call_id is None,
     )
     # A reject without a message has just stopped the turn: let that stop arrive here, so this call
     # settles with the others (after every wait's revocation) rather than ahead of them.
@@ -164,16 +172,14 @@ def call_kind(context: ToolContext) -> str:
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
     async with turn.write() as tx:
-        if tx.settle_tool_call(turn.session_id, call.call_id, output=output):
-            tx.emit(events.tool_succeeded(turn.session_id, call.call_id, output))
+        settlement.settle_call(tx, call, output=output)
 
 
 async def _settle_failed(
     turn: TurnScope, call: ToolCallRow, error: ToolError, partial: Partial | None
 ) -> None:
     async with turn.write() as tx:
-        if tx.settle_tool_call(turn.session_id, call.call_id, error=error, partial=partial):
-            tx.emit(events.tool_failed(turn.session_id, call.call_id, error, partial))
+        settlement.settle_call(tx, call, error=error, partial=partial)
 
 
 async def _settle_stopped(
@@ -182,15 +188,8 @@ async def _settle_stopped(
     reason = handle.reason_or_failure()
     await turn.waits_settled()
     await turn.checkpoint("settle.tool")
-    if reason.resumable and waits_on_a_person(turn.runtime.store.read, turn.session_id, call.call_id):
+    if settlement.kept_for_restore(turn.runtime.store.read, call, reason):
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return
     error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
     await _settle_failed(turn, call, error, _partial(context))
-
-
-def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
-    """Does the call have a pending permission request or form (kept across a shutdown)?"""
-    return bool(
-        read.pending_permission_of_call(session_id, call_id) or read.pending_form_of_call(session_id, call_id)
-    )

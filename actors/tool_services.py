@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Any
 
 import trio
@@ -11,17 +10,14 @@ import trio
 from actors import question_form
 from actors.context import TurnScope
 from actors.handle import ActorHandle
-from coordinator import events
+from actors.settlement import preview
+from coordinator import events, wire
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.base import CallResult, FormReply, ToolContext
 from coordinator.tools.process import ProcessGroup
-
-# A finished nested call's output in a partial result and in progress events is a preview of at most
-# this many characters (of its JSON); the full output stays in the store, on the nested call's row.
-PREVIEW_CHARS = 2000
 
 
 def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
@@ -39,7 +35,9 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         context.progress_changed.set()
 
     async def open_form(questions: list[Question]) -> FormReply:
-        form = await question_form.run(turn, handle, call_id=call.call_id, questions=questions)
+        form = await question_form.run(
+            turn, handle, call_id=call.call_id, questions=questions, restorable=call.parent_call_id is None
+        )
         if form.status == "submitted":
             return FormReply(answers=dict(form.answers or {}))
         wait = turn.runtime.store.read.form_wait_row(form.id)
@@ -132,12 +130,4 @@ async def serve_progress(turn: TurnScope, context: ToolContext) -> None:
 
 
 def _error_body(result: CallResult) -> Any:
-    return None if result.error is None else {"type": result.error.type, "message": result.error.message}
-
-
-def preview(output: Any) -> Any:
-    """``output`` itself when its JSON is short, else its JSON text cut to ``PREVIEW_CHARS``."""
-    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-    if len(text) <= PREVIEW_CHARS:
-        return output
-    return text[:PREVIEW_CHARS] + f"... [{len(text) - PREVIEW_CHARS} characters truncated]"
+    return None if result.error is None else wire.unstructure(result.error)

@@ -18,6 +18,7 @@ import attrs
 import structlog
 import trio
 
+from coordinator.errors import StoreError
 from coordinator.ids import new_id
 from coordinator.store import SqliteStore
 from coordinator.store.rows import InstanceRow
@@ -80,8 +81,15 @@ class Liveness:
 
 
 async def serve_heartbeat(store: SqliteStore, instance_id: str, lease: float) -> None:
-    """Refresh this instance's heartbeat three times a lease, for ever."""
+    """Refresh this instance's heartbeat three times a lease, for ever.
+
+    A failed beat (a busy or full disk) is logged and retried at the next one: the lease is three beats
+    long, so one failure costs nothing.
+    """
     while True:
         await trio.sleep(lease / 3)
-        async with store.transaction() as tx:
-            tx.beat(instance_id, time.time())
+        try:
+            async with store.transaction() as tx:
+                tx.beat(instance_id, time.time())
+        except StoreError as exc:
+            log.warning("heartbeat_failed", error=str(exc))

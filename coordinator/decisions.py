@@ -66,7 +66,9 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
     reason = Interrupt(by=by)  # type: ignore[arg-type]
     async with runtime.store.transaction() as tx:
         turn = tx.running_turn(session_id)
-        recorded = turn is not None and tx.record_stop_intent(turn.id, reason)
+        live = None if turn is None else runtime.turns.get(turn.id)
+        settling = live is not None and live.settling  # already settling: too late to stop it
+        recorded = turn is not None and not settling and tx.record_stop_intent(turn.id, reason)
     if turn is None or not recorded:
         return False
     _stop_turn_of(runtime, turn.id, reason)

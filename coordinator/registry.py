@@ -79,9 +79,12 @@ class Registry:
             await trio.sleep(interval)
             if self.closed:
                 return
-            self.recover(liveness)
-            decisions.apply_remote_decisions(self._runtime)
-            self._runtime.bus.notice_foreign_commits()
+            try:
+                self.recover(liveness)
+                decisions.apply_remote_decisions(self._runtime)
+                self._runtime.bus.notice_foreign_commits()
+            except Exception as exc:  # a busy database: look again at the next tick
+                log.warning("watch_failed", exc_info=exc)
 
     async def abandon(self) -> None:
         """Tear every actor down without a settlement (the store refuses writes by now)."""

@@ -179,9 +179,14 @@ class Queries:
         self.db.execute("UPDATE turns SET status = ? WHERE id = ?", (status, turn_id))
 
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
-        """Durable intent: mark a running turn as stopping with ``reason``. False if it was not running."""
+        """Durable intent: mark a running (or suspended) turn as stopping with ``reason``.
+
+        False, changing nothing, if the turn is stopping or settled already: the first stop wins. A
+        suspended turn takes the intent too (a reject of a request its shutdown kept), so that the next
+        start settles it as that stop instead of resuming it.
+        """
         self.db.execute(
-            "UPDATE turns SET status = 'stopping', stop_reason = ? WHERE id = ? AND status = 'running'",
+            "UPDATE turns SET status = 'stopping', stop_reason = ? WHERE id = ? AND status IN ('running', 'suspended')",
             (dump_reason(reason), turn_id),
         )
         return self.db.changes() == 1
@@ -192,12 +197,14 @@ class Queries:
             (status, dump_reason(reason), outcome, turn_id),
         )
 
-    def mark_resumed(self, turn_id: str, after: str) -> None:
+    def mark_resumed(self, turn_id: str, after: str) -> bool:
+        """Count a resume of a suspended or crashed turn. False if a stop was decided meanwhile."""
         self.db.execute(
-            "UPDATE turns SET status = 'running', stop_reason = NULL, resumes = resumes + 1, "
-            "suspended_after = ? WHERE id = ?",
+            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ? "
+            "WHERE id = ? AND status IN ('running', 'suspended')",
             (after, turn_id),
         )
+        return self.db.changes() == 1
 
     # steps ----------------------------------------------------------------------------------
     def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
@@ -594,6 +601,16 @@ class Queries:
             Event(seq=seq, type=type, session_id=sid, at=at, payload=json.loads(payload))
             for seq, type, sid, at, payload in rows
         ]
+
+    def logged_lines(self, session_id: str, call_id: str) -> list[str]:
+        """The lines a call's script printed, from its ``session.tool.progress`` events."""
+        rows = self._all(
+            "SELECT json_extract(payload, '$.log') FROM events WHERE session_id = ? "
+            "AND type = 'session.tool.progress' AND json_extract(payload, '$.call_id') = ? "
+            "AND json_extract(payload, '$.log') IS NOT NULL ORDER BY seq",
+            (session_id, call_id),
+        )
+        return [r[0] for r in rows]
 
     def last_seq(self) -> int:
         row = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")

@@ -1,0 +1,170 @@
+"""Settling tool calls and turns in the store: what each actor's cleanup and the session's sweep write.
+
+These functions run inside one store transaction (their ``tx``) and never await, so a settlement is
+atomic. They keep the order the contract gives, by construction: a call settles only after its own
+waits are revoked and its nested calls are settled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from coordinator import events, wire
+from coordinator.reasons import Failure, StopReason
+from coordinator.records import NestedCall, Partial, ToolError
+from coordinator.store import Queries, SqliteTx
+from coordinator.store.rows import ToolCallRow
+from coordinator.tools.process import ProcessGroup
+
+log = structlog.get_logger()
+
+# A finished nested call's output in a partial result and in progress events is a preview of at most
+# this many characters (of its JSON); the full output stays in the store, on the nested call's row.
+PREVIEW_CHARS = 2000
+
+
+def preview(output: Any) -> Any:
+    """``output`` itself when its JSON is short, else its JSON text cut to ``PREVIEW_CHARS``."""
+    import json
+
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    if len(text) <= PREVIEW_CHARS:
+        return output
+    return text[:PREVIEW_CHARS] + f"... [{len(text) - PREVIEW_CHARS} characters truncated]"
+
+
+def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
+    """Does the call have a pending permission request or form?"""
+    return bool(
+        read.pending_permission_of_call(session_id, call_id) or read.pending_form_of_call(session_id, call_id)
+    )
+
+
+def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bool:
+    """A shutdown keeps a top-level call that waits on a person: the next start restores its wait.
+
+    A nested call of ``execute`` is never kept: its script's process cannot be restored.
+    """
+    return (
+        reason.resumable
+        and call.parent_call_id is None
+        and waits_on_a_person(read, call.session_id, call.call_id)
+    )
+
+
+def revoke_waits_of_call(tx: SqliteTx, session_id: str, call_id: str, reason: StopReason) -> None:
+    """Revoke the call's pending permission request and form, each with one event."""
+    request = tx.pending_permission_of_call(session_id, call_id)
+    if request is not None and tx.revoke_permission(request.id, reason):
+        tx.emit(events.permission_revoked(request, reason))
+    form = tx.pending_form_of_call(session_id, call_id)
+    if form is not None and tx.settle_form(form.id, "revoked", reason=reason):
+        tx.emit(events.form_revoked(form, reason))
+
+
+def settle_call(
+    tx: SqliteTx,
+    call: ToolCallRow,
+    *,
+    output: Any = None,
+    error: ToolError | None = None,
+    partial: Partial | None = None,
+) -> bool:
+    """Settle ``call`` (succeeded without ``error``, else failed), after whatever it leaves behind.
+
+    Its still-running nested calls fail first and its own pending waits are revoked, so children
+    always settle before their parent, even when a child's own settlement could not be written.
+    Returns False when the call was settled already.
+    """
+    leftover = Failure(message=f"tool call {call.call_id} settled before this")
+    children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
+    fail_calls(tx, [c for c in children if c.status == "running"], leftover)
+    revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
+    if not tx.settle_tool_call(call.session_id, call.call_id, output=output, error=error, partial=partial):
+        return False
+    if error is None:
+        tx.emit(events.tool_succeeded(call.session_id, call.call_id, output))
+    else:
+        tx.emit(events.tool_failed(call.session_id, call.call_id, error, partial))
+    return True
+
+
+def fail_calls(
+    tx: SqliteTx, calls: list[ToolCallRow], reason: StopReason, error: ToolError | None = None
+) -> None:
+    """Fail calls their actors could not settle, with what the store knows each had done.
+
+    Each partial result is read before any of the calls is failed, so that it lists the nested calls
+    that had finished before the stop, not those this very stop cuts off. ``error`` overrides the one
+    ``reason`` implies (a restart fails calls as ``interrupted``).
+    """
+    partials = {call.call_id: stored_partial(tx, call) for call in calls}
+    for call in children_first(calls):
+        kill_left_process_group(tx, call)
+        revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
+        failure = error or ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
+        settle_call(tx, call, error=failure, partial=partials[call.call_id])
+
+
+def stored_partial(tx: SqliteTx, call: ToolCallRow) -> Partial | None:
+    """The partial result as the store has it: finished nested calls, logged lines, last progress."""
+    children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
+    finished = [
+        NestedCall(
+            call_id=c.call_id,
+            name=c.name,
+            input=c.input,
+            status=c.status,
+            output=preview(c.output) if c.status == "succeeded" else _error_body(c.error),
+        )
+        for c in children
+        if c.status in ("succeeded", "failed")
+    ]
+    logs = tx.logged_lines(call.session_id, call.call_id)
+    if not finished and not logs and call.progress is None and call.name != "execute":
+        return None
+    return Partial(logs=logs, calls=finished, progress=call.progress)
+
+
+def _error_body(error: ToolError | None) -> Any:
+    return None if error is None else wire.unstructure(error)
+
+
+def kill_left_process_group(tx: SqliteTx, call: ToolCallRow) -> None:
+    """Kill what a call's tool started if its coordinator died before it could (same boot only)."""
+    recorded = tx.process_group_of(call.session_id, call.call_id)
+    if recorded is None:
+        return
+    group: ProcessGroup = wire.structure(recorded, ProcessGroup)
+    if group.kill_if_left():
+        log.warning("orphaned_process_group_killed", call_id=call.call_id, pgid=group.pgid)
+
+
+def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
+    """Nested calls before the calls that made them (deeper first; stable within a depth)."""
+    depth = {c.call_id: c.call_id.count(".") for c in calls}
+    return sorted(calls, key=lambda c: -depth[c.call_id])
+
+
+def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
+    """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
+
+    In a clean stop every child has settled itself and this finds nothing. It settles what a child
+    could not (its cleanup ran out of time or its commit failed) and, at a start, a stop whose
+    settlement a crash cut short. A shutdown keeps the top-level calls that wait on a person, and
+    their waits.
+    """
+    running = [c for c in children_first(tx.tool_calls_of_turn(turn_id)) if c.status == "running"]
+    kept = {c.call_id for c in running if kept_for_restore(tx, c, reason)}
+    for request in tx.pending_permissions(turn_id=turn_id):
+        if request.call_id not in kept and tx.revoke_permission(request.id, reason):
+            tx.emit(events.permission_revoked(request, reason))
+    for form in tx.pending_forms(turn_id=turn_id):
+        if form.call_id not in kept and tx.settle_form(form.id, "revoked", reason=reason):
+            tx.emit(events.form_revoked(form, reason))
+    fail_calls(tx, [call for call in running if call.call_id not in kept], reason)
+    for step_id in tx.running_steps(turn_id):
+        tx.settle_step(step_id, "failed", reason)
+        tx.emit(events.step_failed(session_id, turn_id, step_id, reason))

@@ -1,0 +1,264 @@
+"""Core bugs the chaos campaign found (``coordinator/chaos/known.py``), each as a minimal failing scenario.
+
+Each was written as ``xfail(strict=True)`` when found, and lost its marker with the fix; it now guards
+against the bug coming back. A stop is injected at an
+exact await point through the coordinator's own checkpoints (``coordinator/checkpoints.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from coordinator import decisions, errors
+from coordinator.config import Config
+from coordinator.reasons import REASONLESS
+from coordinator.records import Rule
+from coordinator.store import SqliteStore
+from tests.conftest import running
+from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL, config_for
+
+QUESTION_CALL = {
+    "tool_calls": [
+        {"id": "call_q", "name": "question", "input": {"questions": [{"id": "q1", "prompt": "Go?"}]}}
+    ]
+}
+SHORT_CALL = {"tool_calls": [{"id": "call_1", "name": "slow", "input": {"seconds": 1}}]}
+
+
+def execute_call(code: str) -> dict[str, Any]:
+    return {"tool_calls": [{"id": "call_exec", "name": "execute", "input": {"code": code}}]}
+
+
+@attrs.define
+class OnCheckpoint:
+    """The campaign's injector cut to one fault: ``action(turn)`` at the first checkpoint ``name``."""
+
+    name: str
+    action: Callable[[Any], Awaitable[None]]
+    done: bool = False
+
+    async def at(self, name: str, turn: Any) -> None:
+        if name == self.name and not self.done:
+            self.done = True
+            await self.action(turn)
+
+
+def fail_next_commit(store: SqliteStore) -> None:
+    """Make the store's next commit fail, as a full or failing disk would, once."""
+
+    def fail_once() -> None:
+        store.before_commit = None
+        raise errors.StoreError("injected: the disk failed")
+
+    store.before_commit = fail_once
+
+
+async def test_an_exception_unwinding_a_step_settles_it_as_an_internal_error(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A failed commit in a step is an internal error (reason error); never a reason-less cancellation.
+
+    The step's ``except BaseException`` cleanup asks its handle for a reason before ``failing_on_error``
+    (outside it) has stopped the turn with a typed ``Failure``: it logs ``reasonless_cancel`` and settles
+    the step with "reason-less cancellation". Seen in the campaign whenever a store failure hits a commit
+    inside a step or a tool call (seed 0, run 54: ``--schedule '3:model.reply:store_failure/error'``).
+    """
+
+    async def fail(turn: Any) -> None:
+        fail_next_commit(turn.runtime.store)  # the next commit records the model's reply
+
+    injector = OnCheckpoint("model.reply", fail)
+    async with running(config_for(tmp_path), [SHORT_CALL, DONE], injector=injector) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        reason = recorder.of("session.step.failed")[0].payload["reason"]
+        assert reason["type"] == "error"
+        assert reason["message"] != REASONLESS
+
+
+async def test_an_interrupt_while_the_turn_settles_answers_false(tmp_path: Path, autojump_clock: Any) -> None:
+    """Contract section 6: an interrupt that arrives while the turn is already settling answers false.
+
+    ``decisions.interrupt`` looks only at ``turns.status``, which says ``running`` until the settlement
+    commits (a turn that succeeds, or stops for a shutdown or an internal error, records no intent): it
+    records an interrupt intent and answers true, and the settlement then overwrites it (the turn
+    succeeds, or is suspended and resumed).
+    """
+    answers: list[bool] = []
+
+    async def interrupt(turn: Any) -> None:
+        answers.append(await decisions.interrupt(turn.runtime, turn.session_id, "api"))
+
+    injector = OnCheckpoint("settle.turn", interrupt)
+    async with running(config_for(tmp_path), [DONE], injector=injector) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        assert recorder.types(session.id)[-2:] == ["session.execution.succeeded", "session.idle"]
+        assert answers == [False]
+
+
+async def test_a_decline_during_a_shutdown_is_not_resumed(tmp_path: Path, autojump_clock: Any) -> None:
+    """A reject (no message) committed while a shutdown settles the turn must not let the turn resume.
+
+    The reply records a declined stop intent (the turn is still ``running`` in the store), the shutdown
+    then suspends the turn over it, and the next start resumes the turn the user declined (seed 000's
+    harm). Campaign: seed 0, run 1654, ``--schedule '6:permission.wait:shutdown,9:settle.tool:decline/stop'``.
+    """
+    config = config_for(tmp_path)
+
+    async def decline(turn: Any) -> None:
+        request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[0]
+        await decisions.reply_permission(turn.runtime, turn.session_id, request.id, "reject", None)
+
+    async with running(config, [SHELL_CALL, DONE], injector=OnCheckpoint("settle.tool", decline)) as (
+        coord,
+        rec,
+    ):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await rec.wait_for("permission.asked")
+        await trio.testing.wait_all_tasks_blocked()
+        await coord.shutdown()
+    async with running(config, [DONE]) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        assert recorder.of("session.idle")[-1].payload["outcome"] == "declined"
+
+
+async def test_a_failed_heartbeat_commit_does_not_bring_the_coordinator_down(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """One failed heartbeat commit (a busy or full disk) is retried at the next beat; the lease covers it.
+
+    ``claims.serve_heartbeat`` lets the ``StoreError`` out of the coordinator's root nursery: the whole
+    coordinator, and the embedder's block with it, fails. After ``abandon()`` the heartbeat keeps running
+    too, and the first beat raises the same way.
+    """
+    config = config_for(tmp_path)
+    async with running(config, [DONE]) as (coord, recorder):
+        fail_next_commit(coord.store)
+        await trio.sleep(config.server.lease)  # three heartbeats: the first one fails
+        session = await coord.create_session()
+        await coord.prompt(session.id, "still there?")
+        await recorder.wait_for("session.idle")
+
+
+async def test_a_nested_permission_kept_by_a_shutdown_is_settled_at_the_restart(tmp_path: Path) -> None:
+    """A shutdown keeps the pending request of a nested call, which no restart can restore.
+
+    The script's process is gone, so the restart fails the nested call (``_fail_interrupted_work``) but
+    leaves its request pending with no wait behind it: every reply is refused and the dialog stays (seed
+    003's harm). Campaign: seed 0, run 6.
+    """
+    config = config_for(tmp_path)
+    script = [execute_call('return await tools.shell(command="echo nested")'), DONE]
+    async with running(config, script) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        asked = await recorder.wait_for("permission.asked")
+        await coord.shutdown()
+    request_id = asked.payload["request"]["id"]
+    async with running(config, [DONE]) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        request = coord.store.read.get_permission(request_id)
+        assert request is not None and request.status != "pending"
+
+
+async def test_a_restored_form_whose_call_is_denied_at_the_restart_is_settled(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A restored question call that fails before it opens its form again must settle the form.
+
+    After a crash the call is restarted; if it fails first (here a ``deny`` rule added meanwhile; in the
+    campaign a tool exception or an interrupt at ``tool.start``), the form stays pending for ever.
+    """
+    config = config_for(tmp_path)
+    async with running(config, [QUESTION_CALL, DONE]) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        asked = await recorder.wait_for("form.asked")
+        await trio.testing.wait_all_tasks_blocked()
+        await coord.abandon()
+    denied = attrs.evolve(config, permission=(*config.permission, Rule(action="question", effect="deny")))
+    async with running(denied, [DONE]) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        form = coord.store.read.get_form(asked.payload["form"]["id"])
+        assert form is not None and form.status != "pending"
+
+
+async def test_a_crash_keeps_the_finished_nested_calls_of_execute(tmp_path: Path) -> None:
+    """Contract section 6: an execute call that stops for any reason settles with its finished calls.
+
+    After a crash the restart fails the running call as interrupted with no partial result, though its
+    finished nested calls are in the store (``tool_calls.parent_call_id``); the sweep of a turn does the
+    same to a call whose own settlement could not be written. Campaign: seed 0, run 87.
+    """
+    config = config_for(tmp_path)
+    code = "first = await tools.slow(seconds=0.01)\nawait tools.slow(seconds=600)\nreturn first"
+    async with running(config, [execute_call(code), DONE]) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.tool.started", 3)  # execute, then its first and second calls
+        await coord.abandon()
+    async with running(config, [DONE]) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        failed = [e for e in recorder.of("session.tool.failed") if e.payload["call_id"] == "call_exec"]
+        calls = failed[0].payload.get("partial", {}).get("calls", [])
+        assert [c["call_id"] for c in calls] == ["call_exec.1"]
+
+
+async def test_a_nested_call_whose_settlement_failed_settles_before_its_execute_call(
+    tmp_path: Path,
+) -> None:
+    """Children settle before parents, even when a child's own settlement could not be written.
+
+    A nested call whose settlement commit fails leaves its row running; its execute call settles, and the
+    session's sweep settles the nested call last. Campaign: seed 0, run 112.
+    """
+    config = config_for(tmp_path)
+    code = "await tools.slow(seconds=0.01)\nreturn 1"
+
+    async def fail(turn: Any) -> None:
+        fail_next_commit(turn.runtime.store)  # the nested call's settlement
+
+    injector = OnCheckpoint("tool.end", fail)
+    async with running(config, [execute_call(code), DONE], injector=injector) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        ends = ("session.tool.succeeded", "session.tool.failed")
+        settled = [e.payload["call_id"] for e in recorder.events if e.type in ends]
+        assert settled.index("call_exec.1") < settled.index("call_exec")
+
+
+async def test_a_decline_before_the_resume_ends_the_turn_declined(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A reject (no message) of a request kept by a shutdown, before the turn resumes, declines the turn.
+
+    ``record_stop_intent`` only stops a ``running`` turn: for a suspended one the reply is accepted
+    (``permission.replied`` reject) but records no stop, and the resume fails the call as "the server
+    restarted" and asks the model again: the turn the user declined goes on (seed 000's harm). Campaign:
+    seed 0, run 54, ``--schedule '4:permission.wait:shutdown,8:turn.start:decline/stop'``.
+    """
+    config: Config = config_for(tmp_path)
+    async with running(config, [SHELL_CALL, DONE]) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        asked = await recorder.wait_for("permission.asked")
+        await trio.testing.wait_all_tasks_blocked()
+        await coord.shutdown()
+    request_id = asked.payload["request"]["id"]
+
+    async def decline(turn: Any) -> None:  # the reply lands as the restart takes the turn over
+        await decisions.reply_permission(turn.runtime, turn.session_id, request_id, "reject", None)
+
+    async with running(config, [DONE], injector=OnCheckpoint("turn.start", decline)) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        assert recorder.of("session.idle")[-1].payload["outcome"] == "declined"
