@@ -76,11 +76,12 @@ class ToolContext:
     latest_progress: Any = None
     progress_changed: trio.Event = attrs.Factory(trio.Event)
 
+    logs: list[str] = attrs.Factory(list)
+    calls: list[NestedCall] = attrs.Factory(list)
+
     def remember_progress(self, detail: Any) -> None:
         """Keep ``detail`` for the partial result of a stop, without publishing it (a shell's output)."""
         self.latest_progress = detail
-    logs: list[str] = attrs.Factory(list)
-    calls: list[NestedCall] = attrs.Factory(list)
 
 
 ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
