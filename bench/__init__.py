@@ -1,0 +1,106 @@
+"""The benchmark suite: what a turn costs, how fast a stop lands, how far one process scales.
+
+Run it with ``make bench``, ``coordinator bench`` or ``python -m bench``: it prints a table and writes
+``bench/results/latest.json``. Every workload runs the real coordinator on a real SQLite file in a
+temporary folder. ``design/benchmarks.md`` says what each figure measures and what limits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# Nothing heavy is imported at the top: the server under test imports ``bench.noop_tool`` (and so
+# this package) as its plugin, and its start-up time and RSS must not include the benchmark's code.
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+
+GROUPS = ("turns", "baseline", "stops", "scale", "http")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every workload runs")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"the JSON file (default {RESULTS})")
+    parser.add_argument(
+        "--only",
+        default=",".join(GROUPS),
+        help=f"comma-separated groups to run (default all: {','.join(GROUPS)})",
+    )
+    return parser
+
+
+def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
+    """Run the suite; ``args`` is a parsed namespace (``coordinator bench``) or an argument list.
+
+    Returns 0; a workload that fails raises (a benchmark that cannot run is a bug to see at once).
+    """
+    import attrs
+    import trio
+
+    from bench import report
+    from bench.harness import Sizes, quiet_logging
+
+    options = _options(args)
+    groups = [group.strip() for group in options.only.split(",") if group.strip()]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        print(f"bench: unknown group(s) {', '.join(unknown)}; expected {', '.join(GROUPS)}", file=sys.stderr)
+        return 2
+    quiet_logging()
+    sizes = Sizes.quick() if options.quick else Sizes.full()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as folder:
+        figures = trio.run(_measure, Path(folder), sizes, groups)
+    if "turns" in groups and "baseline" in groups:
+        report.add_ratios(figures)
+    seconds = time.perf_counter() - started
+    report.print_table(figures, sys.stdout)
+    run = {
+        "quick": options.quick,
+        "groups": groups,
+        "seconds": round(seconds, 1),
+        "sizes": attrs.asdict(sizes),
+    }
+    report.write_json(options.out, figures, run)
+    print(f"\n{len(figures)} figures in {seconds:.0f} s; wrote {options.out}")
+    return 0
+
+
+def _options(args: argparse.Namespace | Sequence[str] | None) -> argparse.Namespace:
+    if args is None or not isinstance(args, argparse.Namespace):
+        return build_parser().parse_args(None if args is None else list(args))
+    defaults = build_parser().parse_args([])
+    for name, value in vars(defaults).items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    return args
+
+
+async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, float]:
+    # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
+    # own module imported already: the workloads are imported here, not at the top.
+    from bench import baseline, http_api, scale, stops, turns
+
+    figures: dict[str, float] = {}
+    for group in groups:
+        started = time.perf_counter()
+        print(f"bench: {group}...", end="", file=sys.stderr, flush=True)
+        if group == "turns":
+            figures.update(await turns.measure_turns(workdir, sizes))
+            figures.update(await turns.measure_checkpoint_overhead(workdir, sizes, figures["turns_per_s"]))
+        elif group == "baseline":
+            figures.update(await baseline.measure_baseline(workdir, sizes))
+        elif group == "stops":
+            figures.update(await stops.measure_stops(workdir, sizes))
+        elif group == "scale":
+            figures.update(await scale.measure_scale(workdir, sizes))
+        elif group == "http":
+            figures.update(await http_api.measure_http(workdir, sizes))
+        print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return figures

@@ -1,0 +1,186 @@
+"""The figures as a table for people and as ``latest.json`` for machines, with the machine and versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TextIO
+
+import apsw
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Figure:
+    """One headline figure of issue 8's table: what it measures, its unit and its target."""
+
+    key: str
+    workload: str
+    unit: str
+    target: float | None = None  # None: reported, no target
+    higher_is_better: bool = True
+
+    def verdict(self, value: float) -> str:
+        if self.target is None:
+            return ""
+        met = value >= self.target if self.higher_is_better else value <= self.target
+        return "ok" if met else "MISSED"
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return "reported"
+        return f"{'>=' if self.higher_is_better else '<='} {self.target:,g}"
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure(key="turns_per_s", workload="sequential turns (FULL)", unit="turns/s", target=300),
+    Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
+    Figure(key="turns_per_s_concurrent", workload="100 concurrent sessions (FULL)", unit="turns/s", target=1000),
+    Figure(key="turns_per_s_concurrent_normal", workload="100 concurrent sessions (NORMAL)", unit="turns/s"),
+    Figure(key="baseline_turns_per_s", workload="bare apsw + trio, same parts (FULL)", unit="turns/s"),
+    Figure(key="baseline_turns_per_s_normal", workload="bare apsw + trio, same parts (NORMAL)", unit="turns/s"),
+    Figure(key="turns_vs_baseline", workload="turns_per_s / baseline_turns_per_s", unit="ratio"),
+    Figure(key="turns_vs_baseline_normal", workload="the same, NORMAL", unit="ratio"),
+    Figure(key="interrupt_p99_ms", workload="interrupt() -> session.idle (FULL)", unit="ms", target=10, higher_is_better=False),
+    Figure(key="interrupt_p99_ms_normal", workload="interrupt() -> session.idle (NORMAL)", unit="ms", higher_is_better=False),
+    Figure(key="decline_p99_ms", workload="reply(reject) -> session.idle (FULL)", unit="ms", target=10, higher_is_better=False),
+    Figure(key="decline_p99_ms_normal", workload="reply(reject) -> session.idle (NORMAL)", unit="ms", higher_is_better=False),
+    Figure(key="busy_session_kib", workload="RSS per session waiting on a permission", unit="KiB", target=32, higher_is_better=False),
+    Figure(key="shutdown_1000_s", workload="graceful shutdown of 1,000 waits (FULL)", unit="s", target=2, higher_is_better=False),
+    Figure(key="shutdown_1000_s_normal", workload="the same, NORMAL", unit="s", higher_is_better=False),
+    Figure(key="restore_1000_s", workload="restart restoring 1,000 waits (FULL)", unit="s", target=2, higher_is_better=False),
+    Figure(key="restore_1000_s_normal", workload="the same, NORMAL", unit="s", higher_is_better=False),
+    Figure(key="http_text_turn_ms", workload="HTTP: POST prompt -> session.idle on SSE", unit="ms", target=10, higher_is_better=False),
+    Figure(key="server_rss_idle_mib", workload="coordinator serve, idle after start", unit="MiB", target=60, higher_is_better=False),
+    Figure(key="server_rss_200_sessions_mib", workload="coordinator serve, after 200 sessions' turns", unit="MiB", target=100, higher_is_better=False),
+    Figure(key="fanout_events_per_s", workload="100 SSE subscribers, live, in aggregate", unit="events/s", target=50_000),
+    Figure(key="checkpoint_overhead_pct", workload="chaos checkpoints' cost on turns_per_s", unit="%", target=2, higher_is_better=False),
+)  # fmt: skip
+
+HEADLINE_KEYS = tuple(figure.key for figure in FIGURES)
+
+
+def add_ratios(figures: dict[str, float]) -> None:
+    """``turns_vs_baseline`` (and ``_normal``): how close a turn comes to its parts' limit."""
+    for suffix in ("", "_normal"):
+        figures[f"turns_vs_baseline{suffix}"] = (
+            figures[f"turns_per_s{suffix}"] / figures[f"baseline_turns_per_s{suffix}"]
+        )
+
+
+def print_table(figures: Mapping[str, float], out: TextIO) -> None:
+    """The headline figures with their targets, then every other figure measured."""
+    rows = [("key", "workload", "value", "unit", "target", "")]
+    for figure in FIGURES:
+        value = figures.get(figure.key)
+        if value is None:
+            continue
+        rows.append(
+            (
+                figure.key,
+                figure.workload,
+                _number(value),
+                figure.unit,
+                figure.target_text(),
+                figure.verdict(value),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for index, row in enumerate(rows):
+        print(
+            "  ".join(
+                cell.rjust(w) if i == 2 else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip(),
+            file=out,
+        )
+        if index == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+    extra = sorted(set(figures) - set(HEADLINE_KEYS))
+    if extra:
+        print("\nalso measured: " + ", ".join(f"{key}={_number(figures[key])}" for key in extra), file=out)
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def write_json(path: Path, figures: Mapping[str, float], run: Mapping[str, Any]) -> None:
+    """``path``: one key a figure (numbers), plus ``machine``, ``versions`` and ``run`` (sizes, time)."""
+    document: dict[str, Any] = {key: float(value) for key, value in sorted(figures.items())}
+    document["machine"] = machine()
+    document["versions"] = versions()
+    document["run"] = dict(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_mib": _memory_mib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, str]:
+    found = {"sqlite": apsw.sqlite_lib_version(), "commit": _commit()}
+    for package in (
+        "coordinator",
+        "trio",
+        "apsw",
+        "attrs",
+        "cattrs",
+        "structlog",
+        "hypercorn",
+        "starlette",
+        "httpx",
+    ):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_mib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return None
+
+
+def _commit() -> str:
+    """The checkout's commit (uncommitted changes are not marked); "unknown" outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip()

@@ -1,0 +1,175 @@
+"""What a turn costs: sequential and concurrent turns, and the chaos checkpoints' share of it.
+
+A turn is: a model step that asks for one allowed no-op plugin call, the call, a model step that
+answers text. The model is the scripted one (no delays), the store a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.context import TurnScope
+from actors.handle import ActorHandle
+from bench.harness import MODES, Sizes, TurnWatcher, bench_config, median, p99, tool_then_text_script
+from coordinator import Coordinator, open_coordinator
+from coordinator.models.scripted import ScriptedModel
+
+
+@asynccontextmanager
+async def watched_coordinator(
+    workdir: Path, db_name: str, mode: str, script: list[dict[str, Any]]
+) -> AsyncIterator[tuple[Coordinator, TurnWatcher]]:
+    """A coordinator running ``script`` for every session, with a watcher of every event."""
+    config = bench_config(workdir, db_name)
+    model = ScriptedModel.from_json(script)
+    async with open_coordinator(config, model=model, synchronous=mode) as coordinator:
+        watcher = TurnWatcher(coordinator, after=coordinator.store.read.last_seq())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watcher.run)
+            try:
+                yield coordinator, watcher
+            finally:
+                await coordinator.shutdown()  # ends the watcher's subscription
+
+
+async def run_turn(coordinator: Coordinator, watcher: TurnWatcher, session_id: str) -> float:
+    """One turn from prompt to ``session.idle`` at the watcher; returns its latency in seconds."""
+    started = time.perf_counter()
+    turn_id = await coordinator.prompt(session_id, "go")
+    idle = await watcher.wait_idle(turn_id)
+    if idle.payload["outcome"] != "succeeded":
+        raise RuntimeError(f"a benchmark turn ended {idle.payload['outcome']}")
+    return time.perf_counter() - started
+
+
+async def _sequential(
+    coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes
+) -> tuple[float, float, list[float]]:
+    """``sizes.turns`` turns one after the other, a new session every ``turns_per_session``.
+
+    Returns turns per second, this process's CPU seconds per turn (less sensitive than wall time to
+    other load on the machine), and each turn's latency.
+    """
+    sessions = [
+        await coordinator.create_session("bench") for _ in range(-(-sizes.turns // sizes.turns_per_session))
+    ]
+    latencies: list[float] = []
+    cpu_started = time.process_time()
+    started = time.perf_counter()
+    for index in range(sizes.turns):
+        session = sessions[index // sizes.turns_per_session]
+        latencies.append(await run_turn(coordinator, watcher, session.id))
+    elapsed = time.perf_counter() - started
+    return sizes.turns / elapsed, (time.process_time() - cpu_started) / sizes.turns, latencies
+
+
+async def _concurrent(coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes) -> float:
+    """``concurrent_sessions`` sessions at once, each running ``concurrent_turns`` turns in a row."""
+    sessions = [await coordinator.create_session("bench") for _ in range(sizes.concurrent_sessions)]
+
+    async def one_session(session_id: str) -> None:
+        for _ in range(sizes.concurrent_turns):
+            await run_turn(coordinator, watcher, session_id)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for session in sessions:
+            nursery.start_soon(one_session, session.id)
+    return sizes.concurrent_sessions * sizes.concurrent_turns / (time.perf_counter() - started)
+
+
+async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
+    """``turns_per_s``, ``turns_per_s_concurrent`` and per-turn latencies, in both SQLite modes."""
+    figures: dict[str, float] = {}
+    per_session = max(sizes.turns_per_session, sizes.concurrent_turns)
+    for mode in MODES:
+        suffix = "" if mode == "full" else "_normal"
+        rates, cpu, concurrent, latencies = [], [], [], []
+        async with watched_coordinator(
+            workdir, f"turns-{mode}.sqlite", mode, tool_then_text_script(per_session)
+        ) as (
+            coordinator,
+            watcher,
+        ):
+            warm_up = await coordinator.create_session("warm-up")
+            for _ in range(sizes.turns_per_session):
+                await run_turn(coordinator, watcher, warm_up.id)
+            for _ in range(sizes.repeats):
+                rate, cpu_per_turn, samples = await _sequential(coordinator, watcher, sizes)
+                rates.append(rate)
+                cpu.append(cpu_per_turn)
+                latencies += samples
+                concurrent.append(await _concurrent(coordinator, watcher, sizes))
+        figures[f"turns_per_s{suffix}"] = median(rates)
+        figures[f"turns_per_s_concurrent{suffix}"] = median(concurrent)
+        figures[f"turn_cpu_ms{suffix}"] = median(cpu) * 1000
+        figures[f"turn_ms_p50{suffix}"] = median(latencies) * 1000
+        figures[f"turn_ms_p99{suffix}"] = p99(latencies) * 1000
+    return figures
+
+
+async def measure_checkpoint_overhead(workdir: Path, sizes: Sizes, turns_per_s: float) -> dict[str, float]:
+    """The chaos checkpoints' share of a turn in production (no injector).
+
+    Counted, not A/B-timed: the checkpoints a turn passes, times what one costs with no injector
+    (awaiting it, minus an empty loop), over the time a turn takes. An A/B of two throughput runs
+    would drown a cost this small in run-to-run noise.
+    """
+    counted = 0
+    original = TurnScope.checkpoint
+
+    async def counting(self: TurnScope, name: str) -> None:
+        nonlocal counted
+        counted += 1
+        await original(self, name)
+
+    turns = max(2, sizes.turns_per_session)
+    TurnScope.checkpoint = counting  # type: ignore[method-assign]
+    try:
+        async with watched_coordinator(
+            workdir, "checkpoints.sqlite", "normal", tool_then_text_script(turns)
+        ) as (
+            coordinator,
+            watcher,
+        ):
+            session = await coordinator.create_session("checkpoints")
+            for _ in range(turns):
+                await run_turn(coordinator, watcher, session.id)
+    finally:
+        TurnScope.checkpoint = original  # type: ignore[method-assign]
+    per_turn = counted / turns
+    cost = await _checkpoint_cost(sizes.checkpoint_calls)
+    return {
+        "checkpoints_per_turn": per_turn,
+        "checkpoint_ns": cost * 1e9,
+        "checkpoint_overhead_pct": per_turn * cost * turns_per_s * 100,
+    }
+
+
+async def _checkpoint_cost(calls: int) -> float:
+    """Seconds one production checkpoint costs: the await of ``TurnScope.checkpoint`` with no injector."""
+    scope = TurnScope(
+        runtime=types.SimpleNamespace(injector=None),  # type: ignore[arg-type]
+        session_id="bench",
+        turn_id="bench",
+        epoch=1,
+        handle=ActorHandle(kind="turn", id="bench"),
+    )
+    samples = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(calls):
+            await scope.checkpoint("tool.start")
+        middle = time.perf_counter()
+        for _ in range(calls):
+            pass
+        samples.append(((middle - started) - (time.perf_counter() - middle)) / calls)
+        await trio.lowlevel.checkpoint()
+    return max(0.0, median(samples))
