@@ -50,6 +50,17 @@ def this_instance() -> InstanceRow:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Is ``pid`` a live process? A zombie (killed, not yet reaped by its parent) is dead."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _signalable(pid)  # no /proc here: a zombie cannot be told apart
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _signalable(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
