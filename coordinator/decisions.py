@@ -67,7 +67,9 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
     async with runtime.store.transaction() as tx:
         turn = tx.running_turn(session_id)
         live = None if turn is None else runtime.turns.get(turn.id)
-        settling = live is not None and live.settling  # already settling: too late to stop it
+        # Already stopping (for a reason that records no intent: an internal error, a shutdown) or
+        # settling: too late to stop it, and the outcome must not change.
+        settling = live is not None and (live.settling or live.stopping)
         recorded = turn is not None and not settling and tx.record_stop_intent(turn.id, reason)
     if turn is None or not recorded:
         return False
