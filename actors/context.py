@@ -95,6 +95,8 @@ class TurnScope:
     resumed_after: str | None = None
     settling: bool = False
     live_waits: int = 0
+    # Calls of a resumed turn whose kept wait is not re-opened yet: they count as live waits.
+    unopened_waits: set[str] = attrs.Factory(set)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
     @contextlib.asynccontextmanager
@@ -137,22 +139,31 @@ class TurnScope:
         return self.handle.stop(reason)
 
     @contextlib.contextmanager
-    def wait_opened(self) -> Iterator[None]:
+    def wait_opened(self, call_id: str) -> Iterator[None]:
         """Count a live permission or form wait; tool calls settle only after every wait did."""
         self.live_waits += 1
+        self.unopened_waits.discard(call_id)
         try:
             yield
         finally:
             self.live_waits -= 1
-            self._waits_changed.set()
-            self._waits_changed = trio.Event()
+            self._signal_waits_changed()
+
+    def forget_unopened_wait(self, call_id: str) -> None:
+        """A restored call settled its kept wait without re-opening it."""
+        self.unopened_waits.discard(call_id)
+        self._signal_waits_changed()
+
+    def _signal_waits_changed(self) -> None:
+        self._waits_changed.set()
+        self._waits_changed = trio.Event()
 
     async def waits_settled(self) -> None:
         """Wait until no permission or form wait of this turn is still settling.
 
         This orders a stop's events as the contract says: every revocation before any tool failure.
         """
-        while self.live_waits:
+        while self.live_waits or self.unopened_waits:
             await self._waits_changed.wait()
 
     @contextlib.contextmanager

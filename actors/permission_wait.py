@@ -54,7 +54,7 @@ async def run(
     request, deadline = await _open(turn, call_id=call_id, action=action, resource=resource, restore=restore)
     handle = parent.child("permission_wait", request.id)
     waiter = turn.runtime.waits.expect(request.id)
-    with turn.wait_opened():
+    with turn.wait_opened(call_id):
         try:
             settled = turn.runtime.store.read.get_permission(request.id)
             if settled is not None and settled.status == "replied" and settled.decision is not None:

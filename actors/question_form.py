@@ -35,7 +35,7 @@ async def run(
     form, deadline = await _open(turn, call_id=call_id, questions=questions)
     handle = parent.child("question_form", form.id)
     waiter = turn.runtime.waits.expect(form.id)
-    with turn.wait_opened():
+    with turn.wait_opened(call_id):
         try:
             current = turn.runtime.store.read.get_form(form.id)
             if current is not None and current.status != "pending":

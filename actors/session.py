@@ -212,6 +212,7 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
             note_id = new_id("msg")
             tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
             tx.add_text_part(note_id, RESTART_NOTE)
+    scope.unopened_waits.update(call.call_id for call, _ in restorable)
     async with trio.open_nursery() as nursery:
         for call, request in restorable:
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))

@@ -186,6 +186,13 @@ async def _settle_stopped(
     turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext
 ) -> None:
     reason = handle.reason_or_failure()
+    if call.call_id in turn.unopened_waits:
+        # A restored call stopped before it re-opened its kept wait: that wait is revoked now, with
+        # the stop's reason, and counts among the waits every call's failure comes after.
+        if not settlement.kept_for_restore(turn.runtime.store.read, call, reason):
+            async with turn.write() as tx:
+                settlement.revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
+        turn.forget_unopened_wait(call.call_id)
     await turn.waits_settled()
     await turn.checkpoint("settle.tool")
     if settlement.kept_for_restore(turn.runtime.store.read, call, reason):
