@@ -150,12 +150,12 @@ async def _run_publishing_progress(
             progress.start_soon(tool_services.serve_progress, turn, context)
             output = await tool.run(context, call.input)
             progress.cancel_scope.cancel(reason="the tool returned: no more progress")
-            return output
     except BaseExceptionGroup as group:
         # The tool's own exception, alone in the group the progress nursery wrapped it in.
         if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
             raise group.exceptions[0] from None  # noqa: ASYNC123 (a lone child; nothing is lost)
         raise
+    return output
 
 
 def _partial(context: ToolContext, reported: Any = None) -> Partial | None:

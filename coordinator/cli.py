@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     chaos = commands.add_parser("chaos", help="run the fault-injection campaign")
     chaos.add_argument("--runs", metavar="N", type=int, default=100, help="how many runs (default 100)")
     chaos.add_argument("--seed", metavar="S", type=int, default=0, help="the first run's seed (default 0)")
+    chaos.add_argument("--only", metavar="K", type=int, help="run only run number K of the seed (a replay)")
+    chaos.add_argument(
+        "--schedule", metavar="S", help="with --only: inject exactly these faults (as printed)"
+    )
+    chaos.add_argument("--jobs", metavar="J", type=int, default=1, help="worker processes (default 1)")
+    chaos.add_argument(
+        "--process-rounds", metavar="R", type=int, default=0, help="rounds against a real server"
+    )
     chaos.set_defaults(run=_chaos, log_level=logging.WARNING)
 
     bench = commands.add_parser("bench", help="run the benchmarks and write bench/results/latest.json")
@@ -126,7 +134,7 @@ async def _serve_until_signal(config: Config) -> None:
                     )
                     return
 
-            async def run_server(task_status: trio.TaskStatus[Any]) -> None:
+            async def run_server(task_status: trio.TaskStatus[Any]) -> None:  # noqa: ASYNC128 (serve_until)
                 await serve_until(config, until_signal, task_status=task_status)
                 nursery.cancel_scope.cancel(reason="the server stopped")
 

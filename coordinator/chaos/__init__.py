@@ -1,0 +1,81 @@
+"""The chaos campaign (issue 7): faults injected at every checkpoint, the brief's invariants after each run.
+
+``coordinator chaos --runs N --seed S`` runs ``main``. See ``design/chaos.md`` for the checkpoints, the
+faults, the invariants and how a failing run is shrunk and replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from coordinator.chaos import processes
+from coordinator.chaos.campaign import fails_with, run_many, scratch_root, shrink
+from coordinator.chaos.faults import Injection, ScheduleError, parse_schedule
+from coordinator.chaos.report import Failure, Progress, print_summary
+
+# Failing runs shrunk and printed in full; the others are counted.
+SHRUNK_FAILURES = 5
+
+__all__ = ["main", "run_campaign"]
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the campaign the command line asked for; 0 when every invariant held in every run.
+
+    Reads ``args.runs`` and ``args.seed``, and, when the parser defines them, ``only`` (replay one run
+    index), ``schedule`` (with ``only``: inject exactly these faults), ``jobs`` (worker processes),
+    ``process_rounds`` (rounds of process-level chaos against ``coordinator serve``) and ``shrink``.
+    """
+    out = sys.stdout
+    try:
+        schedule = parse_schedule(args.schedule) if getattr(args, "schedule", None) else None
+    except ScheduleError as exc:
+        print(f"coordinator: error: --schedule: {exc}", file=sys.stderr)
+        return 2
+    only = getattr(args, "only", None)
+    indices = [only] if only is not None else list(range(args.runs))
+    ok = run_campaign(
+        args.seed,
+        indices,
+        out=out,
+        schedule=schedule,
+        jobs=getattr(args, "jobs", 1) or 1,
+        shrinking=getattr(args, "shrink", True),
+    )
+    rounds = getattr(args, "process_rounds", 0) or 0
+    if rounds:
+        from coordinator.chaos.process_chaos import run_process_chaos
+
+        ok = run_process_chaos(rounds, args.seed, out=out) and ok
+    return 0 if ok else 1
+
+
+def run_campaign(
+    seed: int,
+    indices: list[int],
+    *,
+    out: TextIO,
+    schedule: tuple[Injection, ...] | None = None,
+    jobs: int = 1,
+    shrinking: bool = True,
+) -> bool:
+    """Run the in-process campaign, print its table and failures; True when every run held."""
+    progress = Progress(len(indices), out)
+    started = time.perf_counter()
+    with scratch_root() as scratch, processes.adopting_orphans():
+        root = Path(scratch)
+        results = run_many(seed, indices, root=root, jobs=jobs, schedule=schedule, on_result=progress.update)
+        progress.finish()
+        seconds = time.perf_counter() - started
+        failures: list[Failure] = []
+        for result in (r for r in results if r.failed):
+            shrunk = None
+            if shrinking and schedule is None and len(failures) < SHRUNK_FAILURES:
+                shrunk = shrink(result.schedule, fails_with(seed, result.index, root=root))
+            failures.append(Failure(result=result, shrunk=shrunk))
+    print_summary(results, failures, seconds, out, jobs=jobs)
+    return not failures

@@ -1,0 +1,398 @@
+"""One phase of a run: a coordinator opened on the run's database, driven until it ends.
+
+The driver creates the sessions and prompts (first phase), applies the faults that actors park for
+(interrupt, decline, deadline, shutdown, crash), lets the responder answer the waits, and ends the phase
+when every turn has settled (a clean shutdown), when a shutdown or a crash it applied is complete, or
+when a session is wedged by a failed commit (then it shuts down, and the next phase resumes it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from coordinator import Coordinator, errors, open_coordinator
+from coordinator.chaos.injector import MAX_FAULTS, ChaosInjector, Job, Park, Phase
+from coordinator.chaos.person import respond
+from coordinator.chaos.record import PhaseRecord, RunRecord, read_view
+from coordinator.chaos.watch import CommitWatch, check_bus, check_tasks, live_tasks, subscribe_all
+from coordinator.chaos.world import ChaosModel, World
+from coordinator.events import Event
+from coordinator.reasons import Timeout
+from coordinator.records import Form, PermissionRequest
+from coordinator.store import open_store
+
+# Bounds in trio (mock) seconds: a phase that does not end is stuck; the driver looks around at least
+# this often while nothing happens, to notice a session wedged by a failed commit.
+PHASE_LIMIT_TURNS = 4
+LOOK_AROUND = 5.0
+LOOK_AROUND_REAL_TIME = 0.25
+REAL_TIME_WAIT = 5.0  # for a deadline to fire once the clock (at real speed) jumped to it
+# Scheduler passes to wait for a stop to reach a parked turn (a commit and a cancel take a few).
+STOP_PASSES = 200
+WEDGE_SECONDS = 3.0  # longer than the watch's interval, which restarts a session with queued turns
+
+TICK = "tick"
+REAL_LIMIT = 60.0  # wall seconds a phase may take before it counts as stuck
+
+
+@attrs.define(eq=False)
+class RunState:
+    """What every phase of one run shares."""
+
+    world: World
+    record: RunRecord
+    injector: ChaosInjector
+    model: ChaosModel
+    clock: trio.testing.MockClock
+
+
+@attrs.define(eq=False)
+class Teardown:
+    kind: str  # shutdown | crash
+    done: trio.Event = attrs.Factory(trio.Event)
+
+
+async def run_phase(state: RunState, number: int) -> PhaseRecord:
+    """Open a coordinator on the run's database and drive it until the phase ends; then read the store."""
+    outcome = PhaseOutcome()
+    try:
+        await _drive_coordinator(state, number, outcome)
+    except Exception as exc:  # the coordinator itself failed: a store failure it did not survive, a bug
+        state.record.violate(6, f"phase {number}: the coordinator failed: {exc!r}")
+    finally:
+        if state.injector.phase is not None:
+            state.injector.phase.open = False
+        state.injector.phase = None
+    check_tasks(state.record, number)
+    with open_store(state.world.config.server.db) as store:
+        view = read_view(store.read, state.record.sessions, list(state.record.turns))
+    # The driver shuts a wedged coordinator down (turns still running are suspended), and leaving
+    # ``open_coordinator`` after the coordinator failed does the same. A phase that is done has
+    # nothing left to suspend.
+    shutdown = outcome.end in ("wedged", "failed") or any(
+        a.phase == number and a.injection.fault.kind == "shutdown" for a in state.record.applied
+    )
+    return PhaseRecord(
+        number=number,
+        end=outcome.end,
+        instance_id=outcome.instance_id,
+        first_seq=outcome.first_seq,
+        shutdown=shutdown,
+        store_failed=outcome.store_failed,
+        view=view,
+    )
+
+
+@attrs.define
+class PhaseOutcome:
+    """How a phase ended, filled in as it goes (a coordinator that fails leaves ``end`` as it is)."""
+
+    end: str = "failed"
+    instance_id: str = ""
+    first_seq: int = 0
+    store_failed: bool = False
+
+
+async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome) -> None:
+    send, receive = trio.open_memory_channel[Any](math.inf)
+    jobs_send, jobs_receive = trio.open_memory_channel[Job](math.inf)
+    config = state.world.config
+    async with open_coordinator(
+        config, model=state.model, synchronous="normal", injector=state.injector
+    ) as coord:
+        watch = CommitWatch(state.record, coord.store, number, lambda: send.send_nowait(TICK))
+        state.injector.phase = Phase(
+            number=number,
+            park=send.send_nowait,
+            job=jobs_send.send_nowait,
+            fail_next_commit=watch.arm_failure,
+        )
+        outcome.instance_id, outcome.first_seq = coord.instance_id, coord.store.read.last_seq()
+        seen: list[Event] = []
+        async with trio.open_nursery() as nursery:
+            responder, subscriber = trio.CancelScope(), trio.CancelScope()
+            nursery.start_soon(respond, coord, jobs_receive, responder)
+            nursery.start_soon(subscribe_all, coord, outcome.first_seq, seen, subscriber)
+            if number == 0:
+                await _start_sessions(state, coord)
+            outcome.end = await Driver(state, coord, number, receive, watch).drive()
+            outcome.store_failed = watch.fired
+            responder.cancel()
+            if outcome.end == "stuck":
+                subscriber.cancel()
+        if outcome.end != "stuck":
+            check_bus(state.record, coord, outcome.first_seq, seen)
+
+
+async def _start_sessions(state: RunState, coord: Coordinator) -> None:
+    for script, prompts in zip(state.world.scripts, state.world.prompts, strict=True):
+        session = await _retrying(coord.create_session, "chaos")
+        state.record.sessions.append(session.id)
+        state.model.assign(session.id, script)
+        for number in range(prompts):
+            turn_id = await _retrying(coord.prompt, session.id, f"prompt {number}")
+            state.record.turns[turn_id] = session.id
+
+
+async def _retrying(function: Any, *args: Any) -> Any:
+    """Call a coordinator method again after an injected store failure (each fails one commit)."""
+    for _ in range(MAX_FAULTS):
+        try:
+            return await function(*args)
+        except errors.StoreError:
+            continue
+    return await function(*args)
+
+
+class Driver:
+    """Applies parked faults and decides when the phase is over."""
+
+    def __init__(
+        self,
+        state: RunState,
+        coord: Coordinator,
+        number: int,
+        receive: trio.MemoryReceiveChannel[Any],
+        watch: CommitWatch,
+    ) -> None:
+        self.state = state
+        self.record = state.record
+        self.coord = coord
+        self.number = number
+        self.receive = receive
+        self.watch = watch
+        self.teardown: Teardown | None = None
+        self.applying: trio.Nursery
+        self.idle_since: float | None = None
+
+    async def drive(self) -> str:
+        """Apply faults until the phase ends; returns how it ended."""
+        async with trio.open_nursery() as self.applying:
+            end = await self._until_the_end()
+            self.applying.cancel_scope.cancel()  # a fault still letting time pass on a stuck phase
+        return end
+
+    async def _until_the_end(self) -> str:
+        limit = PHASE_LIMIT_TURNS * self.state.world.turn_limit
+        started = time.monotonic()
+        with trio.move_on_after(limit):
+            while time.monotonic() - started < REAL_LIMIT:
+                if self.teardown is not None and self.teardown.done.is_set():
+                    return self.teardown.kind
+                if self.teardown is None and self._all_settled():
+                    await self._close()
+                    return "done"
+                if self.teardown is None and self._wedged():
+                    if not self.watch.fired:
+                        self.record.violate(
+                            1, f"phase {self.number}: turns left unsettled with no actor: {self._unsettled()}"
+                        )
+                    await self._close()
+                    return "wedged"
+                message = None
+                with trio.move_on_after(LOOK_AROUND_REAL_TIME if self.state.world.processes else LOOK_AROUND):
+                    message = await self.receive.receive()
+                if isinstance(message, Park):
+                    # Each fault in its own task: a fault that lets time pass must not hold the others.
+                    self.applying.start_soon(self.apply, message)
+        self.record.violate(
+            1, f"phase {self.number} did not end ({limit:g}s of trio time, {REAL_LIMIT:g}s real)"
+        )
+        return "stuck"
+
+    async def _close(self) -> None:
+        self.watch.disarm()
+        await self.coord.shutdown()
+
+    def _all_settled(self) -> bool:
+        read = self.coord.store.read
+        return all(
+            (row := read.get_turn(t)) is not None and row.status == "settled" for t in self.record.turns
+        )
+
+    def _unsettled(self) -> dict[str, str]:
+        read = self.coord.store.read
+        rows = {t: read.get_turn(t) for t in self.record.turns}
+        return {t: row.status for t, row in rows.items() if row is not None and row.status != "settled"}
+
+    def _wedged(self) -> bool:
+        """No unsettled turn has had a session actor for a while (the watch restarts queued turns in 1s).
+
+        A commit that failed can end a session actor: what it could not write stays, and the next start
+        resumes it. Without an injected store failure, this is a bug.
+        """
+        live = {task.name for task in live_tasks()}
+        if any(f"session {self.record.turns[t]}" in live for t in self._unsettled()):
+            self.idle_since = None
+            return False
+        now = trio.current_time()
+        self.idle_since = now if self.idle_since is None else self.idle_since
+        return now - self.idle_since >= WEDGE_SECONDS
+
+    async def apply(self, park: Park) -> None:
+        kind = park.injection.fault.kind
+        if self.teardown is not None and self.teardown.kind == "crash":
+            park.released.set()  # the coordinator is being dropped: nothing more is injected
+            return
+        try:
+            if kind == "shutdown" or kind == "crash":
+                await self._teardown(park, kind)
+            elif kind == "interrupt":
+                await self._interrupt(park)
+            elif kind == "decline":
+                await self._decline(park)
+            else:
+                await self._deadline(park)
+        except errors.CoordinatorError as exc:  # its own write hit the injected store failure, say
+            self._applied(park, f"failed: {type(exc).__name__}: {exc}")
+        finally:
+            park.answer = not park.turn.stopping
+            if kind not in ("shutdown", "crash"):
+                park.released.set()
+
+    def _applied(self, park: Park, effect: str) -> None:
+        self.state.injector.applied(park.injection, park.turn, effect)
+
+    async def _teardown(self, park: Park, kind: str) -> None:
+        if self.teardown is not None and (self.teardown.kind == kind or kind == "shutdown"):
+            park.released.set()  # a second shutdown changes nothing
+            return
+        self._applied(park, kind)
+        teardown = self.teardown = Teardown(kind)
+        if kind == "crash":
+            assert self.state.injector.phase is not None
+            self.state.injector.phase.open = False
+            action = self.coord.abandon
+        else:
+            action = self.coord.shutdown
+        self.applying.start_soon(self._run_teardown, action, teardown)
+        await self._until_stopped(park)
+        park.released.set()
+
+    async def _run_teardown(self, action: Any, teardown: Teardown) -> None:
+        await action()
+        teardown.done.set()
+        self.watch.tick()  # wake ``drive``: the phase is over
+
+    async def _until_stopped(self, park: Park) -> None:
+        for _ in range(STOP_PASSES):
+            if park.turn.stopping:
+                return
+            await trio.lowlevel.checkpoint()
+
+    async def _interrupt(self, park: Park) -> None:
+        # Settling: stopping for a reason that is final, or writing a success. A shutdown's suspension
+        # is not final: an interrupt then stops the turn for good (it must end interrupted, never
+        # resumed, which the intent check of invariant 1 verifies).
+        reason = park.turn.handle.reason
+        final = reason is not None and not reason.resumable
+        settling = final or (reason is None and park.injection.checkpoint.startswith("settle."))
+        accepted = await self.coord.interrupt(park.turn.session_id, by="api")
+        self._applied(park, f"interrupt answered {accepted}")
+        if accepted:
+            self.record.interrupted_sessions.add(park.turn.session_id)
+            if settling:
+                message = (
+                    f"an interrupt at {park.injection.label()} answered true while {park.turn.turn_id} was "
+                    "already settling (contract section 6: it answers false and changes nothing)"
+                )
+                self.record.violate(1, message)
+
+    async def _decline(self, park: Park) -> None:
+        target = self._decline_target(park)
+        if target is None:
+            return  # nothing was ever asked in this session: no decline to make
+        kind, wait_id, pending = target
+        session_id = park.turn.session_id
+        message = None if park.injection.fault.variant == "stop" else "chaos: not like this"
+        settled: PermissionRequest | Form
+        try:
+            if kind == "permission":
+                settled = await self.coord.reply_permission(session_id, wait_id, "reject", message)
+            else:
+                settled = await self.coord.dismiss_form(session_id, wait_id, message)
+        except (errors.PermissionAlreadySettled, errors.FormAlreadySettled):
+            self._applied(park, f"late decline of {wait_id}: already settled")
+            return
+        self._applied(park, f"declined {kind} {wait_id}{' with feedback' if message else ''}")
+        if not pending:
+            self.record.violate(4, f"a decline of {wait_id}, settled before, was accepted: {settled}")
+        if message is None:
+            self.record.declined_calls.add((session_id, settled.call_id))
+            self._check_declined(kind, wait_id)
+
+    def _check_declined(self, kind: str, wait_id: str) -> None:
+        """A decline without a message, accepted, has stopped its turn (durably), or found it stopping."""
+        read = self.coord.store.read
+        wait = read.permission_wait_row(wait_id) if kind == "permission" else read.form_wait_row(wait_id)
+        row = None if wait is None else read.get_turn(wait.turn_id)
+        if row is None or row.status not in ("stopping", "settled"):
+            status = None if row is None else row.status
+            message = f"the decline of {wait_id} was accepted, but its turn is {status}: nothing will stop it"
+            self.record.violate(1, message)
+
+    def _decline_target(self, park: Park) -> tuple[str, str, bool] | None:
+        read = self.coord.store.read
+        if park.wait_id is not None:
+            return (
+                "permission" if park.injection.checkpoint == "permission.wait" else "form",
+                park.wait_id,
+                True,
+            )
+        requests = read.pending_permissions(turn_id=park.turn.turn_id)
+        if requests:
+            return ("permission", requests[-1].id, True)
+        forms = read.pending_forms(turn_id=park.turn.turn_id)
+        if forms:
+            return ("form", forms[-1].id, True)
+        for kind, wait_id in reversed(self.record.asked.get(park.turn.session_id, [])):
+            found = read.get_permission(wait_id) if kind == "permission" else read.get_form(wait_id)
+            if found is not None and found.status != "pending":
+                return (kind, wait_id, False)
+        return None
+
+    async def _deadline(self, park: Park) -> None:
+        """Let time pass until the turn's deadlines fire (see ``design/chaos.md``)."""
+        turn, limit, point = park.turn, self.state.world.turn_limit, park.injection.checkpoint
+        if point == "settle.turn":
+            self._applied(park, "no deadline is armed while a turn writes its settlement")
+            return
+        if self.teardown is not None or turn.stopping or point.startswith("settle."):
+            # The turn is settling: its deadline firing now must change nothing. Fire it as its timer
+            # does, without letting time pass, which would also run out the bounds of the cleanups
+            # under way (a shutdown's grace, a settlement's), which no real deadline does.
+            stopped = await turn.stop(Timeout(scope="turn", after=limit))
+            if stopped:  # settling an internal error, not a stop yet: the deadline comes first
+                self.record.timed_turns.add(turn.turn_id)
+            self._applied(park, f"the turn deadline fired while it was settling (stopped: {stopped})")
+            return
+        # Time passes for every session: any turn not settled yet may time out meanwhile.
+        self.record.timed_turns |= set(self.record.turns) - self.record.settled
+        if point == "turn.start":
+            # Its deadline is armed after this checkpoint: the start takes the whole limit, then the
+            # deadline fires as its timer does.
+            await self._pass_time(limit)
+            stopped = await turn.stop(Timeout(scope="turn", after=limit))
+            self._applied(park, f"the turn deadline fired at its start (stopped: {stopped})")
+            return
+        armed = self.state.injector.armed_at.get(turn.turn_id)
+        if self.state.world.processes and armed is not None:
+            self.state.clock.jump(max(0.0, armed + limit - trio.current_time()) + 0.001)
+        real = self.state.world.processes
+        with trio.move_on_after(REAL_TIME_WAIT if real else 2 * limit):
+            # Polling is the point: each second of trio time passes, and fires what is due then.
+            while not (turn.stopping or turn.turn_id in self.record.settled):  # noqa: ASYNC110
+                await trio.sleep(0.001 if real else 1)
+        self._applied(park, f"time passed until its deadlines fired (stopping: {turn.stopping})")
+
+    async def _pass_time(self, seconds: float) -> None:
+        if self.state.world.processes:
+            self.state.clock.jump(seconds)  # trio's clock runs at real speed: jump
+        else:
+            await trio.sleep(seconds)  # autojump: every deadline due meanwhile fires, in order

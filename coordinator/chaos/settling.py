@@ -1,0 +1,278 @@
+"""Invariants 4 and 5: every wait and every tool call settles once, in order, keeping what it did.
+
+Pure functions of a run's record and the store, like the others in ``invariants.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator import wire
+from coordinator.chaos.record import RunRecord, StoreView, Violation
+from coordinator.chaos.timeline import CALL_SETTLED, phase_of, terminal_reasons, turn_of, wait_id_of
+from coordinator.events import Event
+from coordinator.models.base import ChatMessage
+from coordinator.models.history import NO_RESULT
+from coordinator.reasons import StopReason
+
+NO_RESULT_TEXT = json.dumps(NO_RESULT, ensure_ascii=False, separators=(",", ":"))
+
+
+def check_waits(record: RunRecord, view: StoreView) -> list[Violation]:
+    """4: every request and form settles once, never while its call runs on, and is restored if kept."""
+    found: list[Violation] = []
+    asked: dict[str, list[Event]] = {}
+    settled: dict[str, list[Event]] = {}
+    for event in view.events:
+        wait_id = wait_id_of(event)
+        if wait_id is not None:
+            (asked if event.type.endswith(".asked") else settled).setdefault(wait_id, []).append(event)
+    calls = _call_settlements(view)
+    for wait_id, asks in asked.items():
+        ends = settled.get(wait_id, [])
+        stored = view.permissions.get(wait_id) or view.forms.get(wait_id)
+        status = None if stored is None else stored.status
+        if len(ends) != 1 or status == "pending":
+            kept = _kept(record, wait_id, view.last_seq)
+            found.append(Violation(4, f"{wait_id} ({status}{kept}) has {len(ends)} settlement events"))
+        elif not ends[0].type.endswith(status or "?"):
+            found.append(Violation(7, f"{wait_id} is {status} in the store but its event is {ends[0].type}"))
+        found += _restores(record, wait_id, asks)
+        if stored is not None and ends:
+            call_end = calls.get((stored.session_id, stored.call_id))
+            if call_end is not None and call_end.seq < ends[0].seq:
+                kept = _kept(record, wait_id, call_end.seq)
+                message = f"{wait_id}{kept} settled (seq {ends[0].seq}) after its call {stored.call_id}"
+                found.append(Violation(4, f"{message} (seq {call_end.seq})"))
+    return found
+
+
+def _kept(record: RunRecord, wait_id: str, seq: int) -> str:
+    """ ", kept across a restart" when the wait was asked by an earlier coordinator than the one at ``seq``."""
+    phase = phase_of(record, seq)
+    asked = record.asked_in.get(wait_id)
+    kept = phase is not None and asked is not None and asked < phase.number
+    return ", kept across a restart" if kept else ""
+
+
+def _named(record: RunRecord, wait_id: str, seq: int) -> str:
+    kept = _kept(record, wait_id, seq)
+    return f"{wait_id} (kept across a restart)" if kept else wait_id
+
+
+def _restores(record: RunRecord, wait_id: str, asks: list[Event]) -> list[Violation]:
+    """A wait pending at a restart is asked again (restored) in the next phase, and only then."""
+    found: list[Violation] = []
+    if asks[0].payload.get("restored"):
+        found.append(Violation(4, f"{wait_id} was first published as restored"))
+    for ask in asks[1:]:
+        phase = phase_of(record, ask.seq)
+        before = None if phase is None or phase.number == 0 else record.phases[phase.number - 1]
+        kept = before is not None and (
+            (p := before.view.permissions.get(wait_id) or before.view.forms.get(wait_id)) is not None
+            and p.status == "pending"
+        )
+        if not ask.payload.get("restored") or not kept:
+            found.append(
+                Violation(4, f"{wait_id} was asked again at seq {ask.seq} without being kept by a restart")
+            )
+    return found
+
+
+def check_stop_order(record: RunRecord, view: StoreView) -> list[Violation]:
+    """4: a stopping turn revokes its waits with its own reason, all of them before any call fails.
+
+    Contract section 5: "every pending permission and form of the turn is revoked, every unsettled tool
+    call fails, the step fails, then exactly one terminal event". Only what the stop settles counts:
+    from its intent (or, for a stop with none, its first settlement) on.
+    """
+    found: list[Violation] = []
+    revoked, failed = _stop_settlements(view)
+    for turn_id, reason in terminal_reasons(view).items():
+        described = wire.structure(reason, StopReason).describe()
+        start = _stop_start(record, view, turn_id, reason, described)
+        revocations = [e for e in revoked.get(turn_id, []) if e.seq > start]
+        for other in revocations:
+            if other.payload["reason"] not in (reason, {"type": "shutdown"}):
+                wait = _named(record, str(wait_id_of(other)), other.seq)
+                message = (
+                    f"seq {other.seq}: wait {wait} of {turn_id} was revoked for {other.payload['reason']}"
+                )
+                found.append(Violation(4, f"{message}, but the turn stopped for {reason}"))
+        # Only the calls the stop fails (a call that settled with its own failure meanwhile is not).
+        failures = [
+            e.seq
+            for e in failed.get(turn_id, [])
+            if e.seq > start and e.payload["error"]["message"] == described
+        ]
+        if revocations and failures and min(failures) < max(e.seq for e in revocations):
+            last = max(revocations, key=lambda e: e.seq)
+            wait = _named(record, str(wait_id_of(last)), last.seq)
+            message = f"{turn_id} stopped: a call failed (seq {min(failures)}) before wait {wait} was revoked"
+            found.append(Violation(4, f"{message} (seq {last.seq})"))
+    return found
+
+
+def _stop_settlements(view: StoreView) -> tuple[dict[str, list[Event]], dict[str, list[Event]]]:
+    """Revocations and tool failures, by the turn of the call they belong to."""
+    owner: dict[tuple[str, str], str] = {}
+    revoked: dict[str, list[Event]] = {}
+    failed: dict[str, list[Event]] = {}
+    for event in view.events:
+        key = (str(event.session_id), str(event.payload.get("call_id")))
+        if event.type == "session.tool.started":
+            owner[key] = event.payload["turn_id"]
+        elif event.type == "session.tool.failed" and key in owner:
+            failed.setdefault(owner[key], []).append(event)
+    calls = {w.id: (w.session_id, w.call_id) for w in view.permissions.values()}
+    calls.update({w.id: (w.session_id, w.call_id) for w in view.forms.values()})
+    for event in view.events:
+        wait_id = wait_id_of(event) if event.type.endswith(".revoked") else None
+        turn_id = None if wait_id is None or wait_id not in calls else owner.get(calls[wait_id])
+        if turn_id is not None:
+            revoked.setdefault(turn_id, []).append(event)
+    return revoked, failed
+
+
+def _stop_start(record: RunRecord, view: StoreView, turn_id: str, reason: Any, described: str) -> int:
+    """The seq after which a stop's settlements come: its intent's, else just before its first one."""
+    intent = record.intents.get(turn_id)
+    if intent is not None:
+        return intent.seq
+    firsts = [
+        e.seq
+        for e in view.events
+        if (e.payload.get("reason") == reason and turn_of(e) in (turn_id, None))
+        or (e.type == "session.tool.failed" and e.payload["error"]["message"] == described)
+    ]
+    return min(firsts, default=view.last_seq) - 1
+
+
+def _call_settlements(view: StoreView) -> dict[tuple[str, str], Event]:
+    ends: dict[tuple[str, str], Event] = {}
+    for event in view.events:
+        if event.type in CALL_SETTLED:
+            ends.setdefault((str(event.session_id), event.payload["call_id"]), event)
+    return ends
+
+
+def check_calls(record: RunRecord, view: StoreView) -> list[Violation]:
+    """5: every started call settles once, as stored; nested calls before execute, and kept in its result."""
+    found: list[Violation] = []
+    ends: dict[tuple[str, str], list[Event]] = {}
+    for event in view.events:
+        if event.type in CALL_SETTLED:
+            ends.setdefault((str(event.session_id), event.payload["call_id"]), []).append(event)
+    for event in view.events:
+        if event.type != "session.tool.started":
+            continue
+        key = (str(event.session_id), event.payload["call_id"])
+        mine = ends.get(key, [])
+        row = view.calls.get(key)
+        if len(mine) != 1:
+            found.append(Violation(5, f"call {key[1]} has {len(mine)} settlement events"))
+        elif row is None or not mine[0].type.endswith(row.status):
+            found.append(
+                Violation(7, f"call {key[1]} is {row and row.status} but its event is {mine[0].type}")
+            )
+    found += _nested(view, {k: v[0] for k, v in ends.items()})
+    found += _before_their_step(record, view, {k: v[0] for k, v in ends.items()})
+    for session_id, chat in view.chats.items():
+        found += [Violation(5, f"the history of {session_id}: {p}") for p in chat_problems(chat)]
+    return found
+
+
+def _before_their_step(
+    record: RunRecord, view: StoreView, ends: dict[tuple[str, str], Event]
+) -> list[Violation]:
+    """Children settle before parents: a step's calls before the step (contract section 5).
+
+    A shutdown fails the step but keeps its calls that wait on a person, and a restart fails the step a
+    dead coordinator left and restores those calls: they settle later, under the next coordinator. Only
+    calls started and settled by the coordinator that settles the step count.
+    """
+    steps = {
+        e.payload["step_id"]: e
+        for e in view.events
+        if e.type in ("session.step.succeeded", "session.step.failed")
+    }
+    starts = {
+        (str(e.session_id), e.payload["call_id"]): e.seq
+        for e in view.events
+        if e.type == "session.tool.started"
+    }
+    found: list[Violation] = []
+    for key, call in view.calls.items():
+        step, end, started = steps.get(call.step_id or ""), ends.get(key), starts.get(key)
+        if call.parent_call_id is not None or step is None or end is None or started is None:
+            continue
+        phase = phase_of(record, step.seq)
+        if end.seq > step.seq and phase_of(record, started) is phase is phase_of(record, end.seq):
+            message = (
+                f"call {call.call_id} settled (seq {end.seq}) after its step ({step.type}, seq {step.seq})"
+            )
+            found.append(Violation(5, message))
+    return found
+
+
+def _nested(view: StoreView, ends: dict[tuple[str, str], Event]) -> list[Violation]:
+    found: list[Violation] = []
+    reported: dict[tuple[str, str], list[Event]] = {}
+    for event in view.events:
+        if event.type == "session.tool.progress" and "nested" in event.payload:
+            reported.setdefault((str(event.session_id), event.payload["call_id"]), []).append(event)
+    for (session_id, call_id), row in view.calls.items():
+        end = ends.get((session_id, call_id))
+        if row.name != "execute" or end is None:
+            continue
+        body = (
+            end.payload.get("output") if end.type == "session.tool.succeeded" else end.payload.get("partial")
+        )
+        listed = {c["call_id"] for c in (body or {}).get("calls", [])} if isinstance(body, dict) else set()
+        finished = {
+            e.payload["nested"]["call_id"] for e in reported.get((session_id, call_id), []) if e.seq < end.seq
+        }
+        for child in (
+            c for (s, _), c in view.calls.items() if s == session_id and c.parent_call_id == call_id
+        ):
+            child_end = ends.get((session_id, child.call_id))
+            if child_end is not None and child_end.seq > end.seq:
+                found.append(Violation(5, f"nested call {child.call_id} settled after its execute call"))
+            elif child_end is not None and child_end.type == "session.tool.succeeded":
+                finished.add(child.call_id)
+        missing = sorted(finished - listed)
+        if missing:
+            error = end.payload.get("error")
+            how = "succeeded" if error is None else f"failed {error['type']}: {error['message']}"
+            where = "result" if error is None else "partial result"
+            message = f"execute {call_id} ({how}) lacks finished nested calls {missing} in its {where}"
+            found.append(Violation(5, message))
+    return found
+
+
+def chat_problems(chat: Sequence[ChatMessage]) -> list[str]:
+    """What makes a conversation invalid for a model: a tool call not answered, or answered with nothing."""
+    problems = []
+    for index, message in enumerate(chat):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        answers = chat[index + 1 : index + 1 + len(message.tool_calls)]
+        for call, answer in zip(
+            message.tool_calls, list(answers) + [None] * len(message.tool_calls), strict=False
+        ):
+            if answer is None or answer.role != "tool" or answer.tool_call_id != call.id:
+                problems.append(f"tool call {call.id} is not answered")
+            elif answer.content == NO_RESULT_TEXT:
+                problems.append(f"tool call {call.id} is answered with no recorded result")
+    return problems
+
+
+def check_requests(requests: Sequence[Sequence[ChatMessage]]) -> list[Violation]:
+    """5: every conversation sent to the model was valid."""
+    return [
+        Violation(5, f"model request {i}: {p}")
+        for i, chat in enumerate(requests)
+        for p in chat_problems(chat)
+    ]
