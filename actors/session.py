@@ -255,8 +255,10 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
     await scope.checkpoint("settle.turn")
     async with scope.write() as tx:
         row = tx.get_turn(scope.turn_id)
-        if row is not None and row.status == "stopping" and row.stop_reason is not None:
-            reason = row.stop_reason
+        if reason is None and row is not None and row.status == "stopping" and row.stop_reason is not None:
+            reason = row.stop_reason  # an interrupt committed as the last step finished
+        if reason is not None:
+            reason = settlement.committed_reason(tx, scope.turn_id, reason)
         if reason is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")

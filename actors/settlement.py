@@ -148,6 +148,28 @@ def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
     return sorted(calls, key=lambda c: -depth[c.call_id])
 
 
+def committed_reason(tx: SqliteTx, turn_id: str, reason: StopReason) -> StopReason:
+    """The reason to settle with: a stop committed as the turn's intent wins over a shutdown.
+
+    A decline or interrupt committed while a shutdown suspends the turn must end it, never let it
+    resume; every actor that settles after that commit settles with it.
+    """
+    if reason.resumable:
+        row = tx.get_turn(turn_id)
+        if row is not None and row.status == "stopping" and row.stop_reason is not None:
+            return row.stop_reason
+    return reason
+
+
+def fail_step(tx: SqliteTx, session_id: str, turn_id: str, step_id: str, reason: StopReason) -> None:
+    """Fail a step after every call it started that is still unsettled (calls it never got to start
+    an actor for, calls whose own settlement could not be written): children before parents."""
+    calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
+    fail_calls(tx, [c for c in calls if not kept_for_restore(tx, c, reason)], reason)
+    tx.settle_step(step_id, "failed", reason)
+    tx.emit(events.step_failed(session_id, turn_id, step_id, reason))
+
+
 def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
     """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
 
@@ -166,5 +188,4 @@ def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> No
             tx.emit(events.form_revoked(form, reason))
     fail_calls(tx, [call for call in running if call.call_id not in kept], reason)
     for step_id in tx.running_steps(turn_id):
-        tx.settle_step(step_id, "failed", reason)
-        tx.emit(events.step_failed(session_id, turn_id, step_id, reason))
+        fail_step(tx, session_id, turn_id, step_id, reason)

@@ -13,7 +13,7 @@ import math
 import structlog
 import trio
 
-from actors import tool_call
+from actors import settlement, tool_call
 from actors.context import SETTLE_SECONDS, TurnScope
 from coordinator import events
 from coordinator.errors import ModelError
@@ -140,5 +140,5 @@ def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
 async def _settle(turn: TurnScope, step_id: str, reason: StopReason) -> None:
     await turn.checkpoint("settle.step")
     async with turn.write() as tx:
-        tx.settle_step(step_id, "failed", reason)
-        tx.emit(events.step_failed(turn.session_id, turn.turn_id, step_id, reason))
+        reason = settlement.committed_reason(tx, turn.turn_id, reason)
+        settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason)

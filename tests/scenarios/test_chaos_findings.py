@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 import trio
 
 from coordinator import decisions, errors
@@ -343,9 +342,6 @@ async def test_a_restored_wait_revoked_before_it_reopens_carries_the_stop_reason
         assert revoked[0].payload["reason"]["type"] == "declined"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F10: a decline during a shutdown's settlement settles calls after their step"
-)
 async def test_a_decline_during_a_shutdown_settles_children_before_parents(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
@@ -377,7 +373,6 @@ async def test_a_decline_during_a_shutdown_settles_children_before_parents(
         )
 
 
-@pytest.mark.xfail(strict=True, reason="F11: a call whose settlement commit failed settles after its step")
 async def test_a_call_whose_settlement_failed_settles_before_its_step(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
@@ -402,7 +397,6 @@ async def test_a_call_whose_settlement_failed_settles_before_its_step(
         assert types.index("session.tool.failed") < types.index("session.step.failed")
 
 
-@pytest.mark.xfail(strict=True, reason="F12: calls recorded but never started are failed after their step")
 async def test_a_stop_while_a_step_starts_its_calls_settles_them_before_the_step(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
