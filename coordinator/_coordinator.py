@@ -111,8 +111,10 @@ class Coordinator:
         """Answer a permission request (contract section 6): ``once``, ``always`` or ``reject``.
 
         **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with its settlement),
-        ``InvalidRequest`` (an unknown decision).
+        ``InvalidRequest`` (an unknown decision), ``CoordinatorClosed`` during a shutdown (the request
+        is kept and restored with its id by the next start, where the reply is taken).
         """
+        self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         return await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
 
@@ -123,11 +125,13 @@ class Coordinator:
 
     async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
+        self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         return await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
 
     async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
         """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
+        self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         return await decisions.dismiss_form(self._runtime, session_id, form_id, message)
 
