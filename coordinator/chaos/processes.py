@@ -42,7 +42,11 @@ def adopting_orphans() -> Iterator[bool]:
 
 
 def leftovers(ignore: frozenset[int] = frozenset()) -> list[str]:
-    """Our child processes, alive or zombie (these are reaped), except ``ignore``: ``pid state cmdline``."""
+    """Our live child processes, except ``ignore``, as ``pid state cmdline``; dead ones are reaped.
+
+    A dead child is not a leftover: it is a process killed with its group whose parent died first (a
+    shell's child), adopted by us, the subreaper, instead of init, and reaped here as init would.
+    """
     found = []
     for pid in sorted(_children() - ignore):
         try:
@@ -50,10 +54,11 @@ def leftovers(ignore: frozenset[int] = frozenset()) -> list[str]:
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):
             continue
-        found.append(f"{pid} {state} {_cmdline(Path(f'/proc/{pid}'))}")
-        if state == "Z":
+        if state in ("Z", "X"):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+            continue
+        found.append(f"{pid} {state} {_cmdline(Path(f'/proc/{pid}'))}")
     return found
 
 
