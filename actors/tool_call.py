@@ -130,6 +130,9 @@ async def _run_bounded(
     with running.scope:
         try:
             await turn.checkpoint("tool.start")
+            # A tool acts outside the process: its start must be durable first, or after a power loss
+            # the call could look never started and run twice.
+            await turn.runtime.store.durable()
             output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
             return output

@@ -48,6 +48,11 @@ class Coordinator:
         """The store, for tools and tests that read state; writes go through the methods below."""
         return self._runtime.store
 
+    @property
+    def published_seq(self) -> int:
+        """The seq of the last event published to subscribers: every event up to it is durable."""
+        return self._runtime.bus.published_seq
+
     def _check_open(self) -> None:
         if self._closing:
             raise errors.CoordinatorClosed(message="the coordinator is shutting down")
@@ -58,23 +63,30 @@ class Coordinator:
             raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
         return found
 
+    async def _durable(self) -> None:
+        # Every answer of this API shows or confirms committed state: it waits until that state is
+        # durable (with synchronous=full, until it would survive a power loss). See store/_durability.py.
+        await self._runtime.store.durable()
+
     async def create_session(self, title: str = "") -> Session:
         """Create an idle session and publish ``session.created``."""
         self._check_open()
-        return await decisions.create_session(self._runtime, title)
+        session = await decisions.create_session(self._runtime, title)
+        await self._durable()
+        return session
 
     async def list_sessions(self) -> list[Session]:
-        await trio.lowlevel.checkpoint()
+        await self._durable()
         return self._runtime.store.read.list_sessions()
 
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
-        await trio.lowlevel.checkpoint()
+        await self._durable()
         return self._session(session_id)
 
     async def history(self, session_id: str) -> list[Message]:
         """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
-        await trio.lowlevel.checkpoint()
+        await self._durable()
         self._session(session_id)
         return self._runtime.store.read.history(session_id)
 
@@ -87,6 +99,7 @@ class Coordinator:
         self._session(session_id)
         turn_id = await decisions.queue_prompt(self._runtime, session_id, text)
         self._registry.ensure_running(session_id)
+        await self._durable()
         return turn_id
 
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
@@ -97,10 +110,12 @@ class Coordinator:
         **Raises:** ``SessionNotFound``.
         """
         self._session(session_id)
-        return await decisions.interrupt(self._runtime, session_id, by)
+        stopped = await decisions.interrupt(self._runtime, session_id, by)
+        await self._durable()
+        return stopped
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
-        await trio.lowlevel.checkpoint()
+        await self._durable()
         if session_id is not None:
             self._session(session_id)
         return self._runtime.store.read.pending_permissions(session_id=session_id)
@@ -116,10 +131,12 @@ class Coordinator:
         """
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
-        return await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        await self._durable()
+        return replied
 
     async def pending_forms(self, session_id: str) -> list[Form]:
-        await trio.lowlevel.checkpoint()
+        await self._durable()
         self._session(session_id)
         return self._runtime.store.read.pending_forms(session_id=session_id)
 
@@ -127,13 +144,17 @@ class Coordinator:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
-        return await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
+        form = await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
+        await self._durable()
+        return form
 
     async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
         """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
-        return await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        await self._durable()
+        return form
 
     def subscribe(self, *, after: int = 0, session_id: str | None = None) -> Subscription:
         """Every event after seq ``after``, replayed from the store, then live until shutdown.
@@ -155,7 +176,15 @@ class Coordinator:
         self._runtime.store.before_commit = _crashed
         claims.LIVE_IN_THIS_PROCESS.discard(self._runtime.instance_id)
         await self._registry.abandon()
+        await self._last_sync()  # what was committed is kept, as after a real crash
         self._runtime.bus.close()
+
+    async def _last_sync(self) -> None:
+        with trio.move_on_after(CLOSE_SYNC_SECONDS, shield=True):
+            try:
+                await self._runtime.store.durable()
+            except errors.StoreError as exc:  # raised by the durability task too; the bus closes anyway
+                log.error("last_sync_failed", exc_info=exc)
 
     async def shutdown(self) -> None:
         """Suspend every running turn with reason shutdown, within ``[server] shutdown_grace``.
@@ -171,6 +200,7 @@ class Coordinator:
             await self._registry.shutdown()
         if grace_scope.cancelled_caught:
             log.error("shutdown_grace_exceeded", grace=grace)
+        await self._last_sync()  # subscribers get every event of the settlements
         self._runtime.bus.close()
 
 
@@ -205,10 +235,11 @@ async def open_coordinator(
     instance = claims.this_instance()
     with open_store(resolved.server.db, synchronous=synchronous) as store:
         bus = Bus(store.read)
-        store.on_commit(bus.publish)
+        store.on_durable(bus.publish)
         chosen_model = model if model is not None else build_model(resolved)
         try:
             async with trio.open_nursery() as root:
+                await root.start(store.serve_durability)
                 runtime = Runtime(
                     store=store,
                     bus=bus,
@@ -235,6 +266,9 @@ async def open_coordinator(
             with trio.move_on_after(5, shield=True):
                 await chosen_model.aclose()
 
+
+CLOSE_SYNC_SECONDS = 10.0
+"""How long a closing coordinator waits for its last commits to become durable."""
 
 # How often a coordinator looks for turns whose owner died and for decisions other processes made.
 WATCH_SECONDS = 1.0

@@ -1,9 +1,9 @@
 """The event bus: replay from the store, then live, with no gap, no duplicate and no back-pressure.
 
-``publish`` is called synchronously right after each commit, so the store and the bus agree: an event
-is live only once it is durable. A subscriber reads pages from the store until it has caught up, then
-attaches a bounded live buffer *without awaiting in between*; since commits and publishes run on the
-same trio thread, no event can slip between the last page and the attach.
+``publish`` is called once a commit is durable (``SqliteStore.on_durable``), in commit order, so an event
+reaches nobody before it is durable. A subscriber reads pages from the store, up to the last event
+published, until it has caught up, then attaches a bounded live buffer *without awaiting in between*;
+since publishes run on the same trio thread, no event can slip between the last page and the attach.
 
 Several processes may write one database: a commit this bus did not publish (a gap in seq at a
 publish, or a higher seq found by ``notice_foreign_commits``) sends every subscriber back to the store.
@@ -23,7 +23,7 @@ import structlog
 import trio
 
 from coordinator.events import Event
-from coordinator.store import Queries
+from coordinator.store import Queries, SqliteStore
 
 log = structlog.get_logger()
 
@@ -82,9 +82,21 @@ class Bus:
         self.lagged += 1
         log.warning("subscriber_lagged", session_id=live.session_id)
 
-    def notice_foreign_commits(self) -> None:
-        """Wake every subscriber to read the store if another process committed events since."""
+    @property
+    def published_seq(self) -> int:
+        """The seq of the last event published (every event up to it is durable)."""
+        return self._highest
+
+    async def notice_foreign_commits(self, store: SqliteStore) -> None:
+        """Wake every subscriber to read the store if another process committed events since.
+
+        Their events are published only after this process has synced the WAL once more, which makes
+        them durable whoever wrote them.
+        """
         last = self._reader.last_seq()
+        if last <= max(self._highest, store.last_own_seq):
+            return  # nothing, or only this process's own commits, which reach the bus by publish()
+        await store.sync_now()
         if last > self._highest:
             self._highest = last
             self._mark_stale()
@@ -156,7 +168,9 @@ class Subscription:
                 if not (live.overflowed or live.stale or bus.closed):
                     return None  # wait for a publish
                 self._detach()
-            self._page.extend(bus._reader.events_after(self.last, self._session_id, REPLAY_PAGE))
+            self._page.extend(
+                bus._reader.events_after(self.last, self._session_id, REPLAY_PAGE, upto=bus._highest)
+            )
             if self._page:
                 continue
             if bus.closed:

@@ -82,7 +82,7 @@ class Registry:
             try:
                 self.recover(liveness)
                 decisions.apply_remote_decisions(self._runtime)
-                self._runtime.bus.notice_foreign_commits()
+                await self._runtime.bus.notice_foreign_commits(self._runtime.store)
             except Exception as exc:  # a busy database: look again at the next tick
                 log.warning("watch_failed", exc_info=exc)
 

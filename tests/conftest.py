@@ -59,7 +59,8 @@ async def running(
     """A coordinator with a recorder subscribed from seq 0, both closed on exit."""
     if script is not None:
         kwargs["model"] = ScriptedModel.from_json(script)
-    async with open_coordinator(config, synchronous="normal", **kwargs) as coord:
+    kwargs.setdefault("synchronous", "normal")
+    async with open_coordinator(config, **kwargs) as coord:
         recorder = Recorder()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_record, coord, recorder)

@@ -92,7 +92,7 @@ class EventStream:
     async def _send_stored(self, sender: trio.MemorySendChannel[Event]) -> None:
         """Send the events stored when the stream began, page by page, then stop."""
         reader = self.coordinator.store.read
-        high = reader.last_seq()
+        high = self.coordinator.published_seq
         last = self.after
         while last < high:
             page = [e for e in reader.events_after(last, self.session_id, REPLAY_PAGE) if e.seq <= high]

@@ -97,6 +97,10 @@ def _form_from_row(row: tuple[Any, ...]) -> Form:
     )
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest seq SQLite can hold (a signed 64-bit integer)."""
+
+
 class Queries:
     """Reads and writes of every table. No method here commits: the caller owns the transaction."""
 
@@ -585,17 +589,22 @@ class Queries:
         return self.db.changes() == 1
 
     # events ---------------------------------------------------------------------------------
-    def events_after(self, after: int, session_id: str | None = None, limit: int = 500) -> list[Event]:
+    def events_after(
+        self, after: int, session_id: str | None = None, limit: int = 500, upto: int | None = None
+    ) -> list[Event]:
+        """Events with ``after < seq <= upto`` (of one session, or all), in seq order, at most ``limit``."""
+        high = MAX_SEQ if upto is None else upto
         if session_id is None:
             rows = self._all(
-                "SELECT seq, type, session_id, at, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
+                "SELECT seq, type, session_id, at, payload FROM events WHERE seq > ? AND seq <= ? "
+                "ORDER BY seq LIMIT ?",
+                (after, high, limit),
             )
         else:
             rows = self._all(
                 "SELECT seq, type, session_id, at, payload FROM events WHERE session_id = ? AND seq > ? "
-                "ORDER BY seq LIMIT ?",
-                (session_id, after, limit),
+                "AND seq <= ? ORDER BY seq LIMIT ?",
+                (session_id, after, high, limit),
             )
         return [
             Event(seq=seq, type=type, session_id=sid, at=at, payload=json.loads(payload))

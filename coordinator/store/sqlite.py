@@ -1,10 +1,11 @@
 """The SQLite store on apsw: one connection owned by the coordinator, WAL, versioned migrations.
 
-Every call runs on the trio thread. SQLite commits on a local file take microseconds to a few
-milliseconds; running them inline (not in a worker thread) keeps a transaction atomic with respect to
-trio's scheduling, so no other task can observe a half-written state, and keeps tests deterministic
-under ``MockClock``. A transaction's body is synchronous by construction: ``SqliteTx`` has no async
-methods, so nothing can be awaited while the write lock is held.
+Every statement runs on the trio thread. SQLite commits without a sync take microseconds; running them
+inline (not in a worker thread) keeps a transaction atomic with respect to trio's scheduling, so no
+other task can observe a half-written state, and keeps tests deterministic under ``MockClock``. A
+transaction's body is synchronous by construction: ``SqliteTx`` has no async methods, so nothing can be
+awaited while the write lock is held. Only the fsync that makes commits durable leaves the trio thread
+(``serve_durability``, ``_durability.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import trio
 
 from coordinator import errors
 from coordinator.events import Draft, Event
+from coordinator.store._durability import GroupDurability
 from coordinator.store._migrations import MIGRATIONS
 from coordinator.store._queries import Queries
 
@@ -79,27 +81,45 @@ class SqliteTx(Queries):
 
 
 class SqliteStore:
-    """The store on one SQLite file. Use ``open_sqlite_store``."""
+    """The store on one SQLite file. Use ``open_sqlite_store``.
 
-    def __init__(self, db: apsw.Connection, path: str) -> None:
+    Alone, every commit is as durable as ``synchronous`` says when ``COMMIT`` returns (SQLite syncs
+    inline). While ``serve_durability`` runs (the coordinator runs it), commits are made durable in
+    groups by that task, off the trio thread, and ``durable()`` waits for it: see ``_durability.py``.
+    """
+
+    def __init__(self, db: apsw.Connection, path: str, synchronous: str) -> None:
         self._db = db
         self.path = path
+        self.synchronous = synchronous
         self._in_transaction = False
         self._on_commit: list[Callable[[Sequence[Event]], None]] = []
+        self._on_durable: list[Callable[[Sequence[Event]], None]] = []
         self.read = Queries(db)
         # Chaos hook: called before every commit; may raise a StoreError to simulate a failing disk.
         self.before_commit: Callable[[], None] | None = None
+        self._durability = GroupDurability(db, path, synchronous, self._hand_over, BUSY_TIMEOUT_MS)
+        self.last_own_seq = 0
+        """The seq of the last event this store committed (durable or not yet)."""
 
     def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None:
-        """Call ``callback(events)`` right after each commit that appended events (the bus)."""
+        """Call ``callback(events)`` right after each commit that appended events, durable or not yet
+        (observers inside this process, like the chaos campaign's watch)."""
         self._on_commit.append(callback)
+
+    def on_durable(self, callback: Callable[[Sequence[Event]], None]) -> None:
+        """Call ``callback(events)`` once a commit that appended events is durable, in commit order
+        (the bus: nothing reaches a subscriber before it is durable)."""
+        self._on_durable.append(callback)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqliteTx]:
         """Open a write transaction; commits when the block ends, rolls back if it raises.
 
         The block must not await (the transaction object has no async methods). After a successful
-        commit the events appended are handed to the commit callbacks before anything else runs.
+        commit the events appended are handed to the ``on_commit`` callbacks before anything else runs,
+        and to the ``on_durable`` ones once durable. Returning does not mean durable: await
+        ``durable()`` before telling anyone outside the process.
 
         **Cancellation:** a checkpoint before the transaction begins; once begun, it is atomic.
 
@@ -126,8 +146,33 @@ class SqliteStore:
         finally:
             self._in_transaction = False
         if tx.events:
+            self.last_own_seq = tx.events[-1].seq
             for callback in self._on_commit:
                 callback(tx.events)
+        self._durability.committed(tx.events)
+
+    def _hand_over(self, events: Sequence[Event]) -> None:
+        for callback in self._on_durable:
+            callback(events)
+
+    async def durable(self) -> None:
+        """Wait until every commit made so far is durable and its events handed to ``on_durable``.
+
+        Await it before acknowledging anything outside the process: answering a caller, starting a
+        tool. Returns at once when nothing is pending. **Cancellation:** safe; the commits stay and
+        become durable anyway. **Raises:** ``StoreError`` if syncing failed.
+        """
+        await self._durability.wait()
+
+    async def sync_now(self) -> None:
+        """Sync the WAL once more, whatever is pending: makes other processes' commits durable too."""
+        await self._durability.sync_now()
+
+    async def serve_durability(  # noqa: ASYNC128 (GroupDurability.serve calls started())
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Make commits durable in groups until cancelled, then once more for the last ones."""
+        await self._durability.serve(task_status=task_status)
 
     def close(self) -> None:
         self._db.close()
@@ -170,7 +215,7 @@ def open_sqlite_store(path: str, *, synchronous: str = "full") -> Iterator[Sqlit
     with map_apsw_errors():
         db = _connect(path, synchronous)
         _migrate(db)
-    store = SqliteStore(db, path)
+    store = SqliteStore(db, path, synchronous)
     try:
         yield store
     finally:

@@ -1,0 +1,304 @@
+"""Group durability for the SQLite store: one fsync of the WAL for every commit made meanwhile.
+
+SQLite's ``synchronous=FULL`` fsyncs the write-ahead log inside every ``COMMIT``, on the committing
+thread: ten commits a turn are ten fsyncs in a row on the trio thread, and a hundred sessions committing
+at once still pay one fsync each. Here the connection commits with ``synchronous=NORMAL`` (the WAL is
+written, not synced) and ``WalFile.sync`` fsyncs the WAL afterwards, for every commit made since the
+last sync at once. Nothing is *acknowledged* before that fsync: the store hands a commit's events to
+the bus only after it, ``SqliteStore.durable()`` returns only after it, and the coordinator awaits
+``durable()`` before answering a caller or starting a tool. So the promise of FULL holds: an
+acknowledged commit survives power loss. What a commit that was never acknowledged may lose to a power
+loss is exactly what FULL may lose to one arriving a moment earlier.
+
+Why an fsync of the WAL file is enough: WAL frames are only ever appended or, after a completed
+checkpoint (which syncs the database file first), overwritten from the start; fsync flushes every
+dirty page of the file, whichever connection or process wrote it. The folder is synced once, so the
+WAL's own name survives too.
+
+The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
+connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
+commit crosses 1,000 pages, stalling the trio thread for tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+import apsw
+import outcome
+import trio
+import trio.testing
+
+from coordinator import errors
+from coordinator.events import Event
+
+CHECKPOINT_PAGES = 1000
+"""WAL pages after which a passive checkpoint runs (SQLite's own default for auto-checkpoints)."""
+
+SYNC_GRACE_SECONDS = 10.0
+"""How long the last sync may take when the durability task is cancelled (a slow disk)."""
+
+THREAD_JOIN_SECONDS = 1.0
+
+Blocking = Callable[[Callable[[], None]], Awaitable[None]]
+
+
+class GroupDurability:
+    """Which commits of one connection are durable, who waits for that, and the task that syncs.
+
+    Commits are counted as they happen (``committed``); a sync cycle takes the count, syncs the WAL,
+    then declares that many durable, hands their events over in commit order and wakes the waiters.
+    Commits made while a sync runs wait for the next cycle, which covers all of them at once.
+    """
+
+    def __init__(
+        self,
+        db: apsw.Connection,
+        path: str,
+        synchronous: str,
+        hand_over: Callable[[Sequence[Event]], None],
+        busy_timeout_ms: int,
+    ) -> None:
+        self._db = db
+        self._path = path
+        self._synchronous = synchronous
+        self._hand_over = hand_over
+        self._busy_timeout_ms = busy_timeout_ms
+        self._commits = 0
+        self._durable_commits = 0
+        self._undurable: deque[Sequence[Event]] = deque()  # events of commits not durable yet
+        self._serving = False
+        self._failed: errors.StoreError | None = None
+        self._wake = trio.Event()
+        self._synced = trio.lowlevel.ParkingLot()
+        self._cycles_started = 0
+        self._cycles_done = 0
+        self._wal_pages = 0
+
+    def committed(self, events: Sequence[Event]) -> None:
+        """Count a commit; hand its events over now if SQLite synced it, else at the next cycle."""
+        self._commits += 1
+        if self._failed is not None:  # after a failed sync no commit is declared durable again
+            return
+        if not self._serving:  # SQLite synced inside COMMIT (synchronous as configured)
+            self._durable_commits = self._commits
+            if events:
+                self._hand_over(events)
+            return
+        if events:
+            self._undurable.append(events)
+        self._wake.set()
+
+    async def wait(self) -> None:
+        """Until every commit counted so far is durable."""
+        await trio.lowlevel.checkpoint()
+        target = self._commits
+        while self._durable_commits < target:
+            if self._failed is not None:
+                raise self._failed
+            await self._synced.park()
+
+    async def sync_now(self) -> None:
+        """Until a cycle that began after this call is done (it covers every frame in the WAL now)."""
+        await trio.lowlevel.checkpoint()
+        if not self._serving:
+            return
+        wanted = self._cycles_started + 1
+        self._wake.set()
+        while self._cycles_done < wanted and self._serving:
+            await self._synced.park()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sync in cycles until cancelled, then once more for the last commits.
+
+        The fsync (and a checkpoint every ``CHECKPOINT_PAGES``) runs in a worker thread, so the trio
+        thread goes on running actors meanwhile; under a virtual clock (``MockClock``) it runs inline
+        instead, since a thread would let the clock jump ahead while the disk works.
+        """
+        wal = None if self._path == ":memory:" else WalFile(self._path, self._busy_timeout_ms)
+        virtual = isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
+        thread = None if virtual else SyncThread()
+        blocking: Blocking = _inline if thread is None else thread.run
+        self._attach()
+        try:
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                await self._cycle(wal, blocking)
+        finally:
+            try:
+                if self._failed is None:  # after a failed fsync, no later one is trusted
+                    with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
+                        await self._cycle(wal, blocking)
+            finally:
+                try:
+                    self._detach(wal)
+                finally:
+                    if thread is not None:
+                        thread.stop(THREAD_JOIN_SECONDS)  # idle by now: every job was awaited
+
+    def _attach(self) -> None:
+        self._db.execute("PRAGMA synchronous=NORMAL")  # the WAL is synced by the cycles
+        self._db.execute("PRAGMA wal_autocheckpoint=0")  # and checkpointed by them
+        self._db.set_wal_hook(self._count_wal_pages)
+        self._serving = True
+
+    def _detach(self, wal: WalFile | None) -> None:
+        self._serving = False
+        try:
+            self._db.set_wal_hook(None)
+            self._db.execute("PRAGMA wal_autocheckpoint=1000")
+            self._db.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
+            if self._durable_commits < self._commits and self._failed is None:  # the last cycle was cut short
+                if wal is not None and self._synchronous == "full":
+                    _sync(wal)
+                self._durable_commits = self._commits
+                while self._undurable:
+                    self._hand_over(self._undurable.popleft())
+        except errors.StoreError as exc:
+            self._failed = exc  # nothing more is declared durable; waiters learn why
+            raise
+        finally:
+            self._synced.unpark_all()
+            if wal is not None:
+                wal.close()
+
+    def _count_wal_pages(self, db: apsw.Connection, name: str, pages: int) -> int:
+        self._wal_pages = pages
+        return apsw.SQLITE_OK
+
+    async def _cycle(self, wal: WalFile | None, blocking: Blocking) -> None:
+        """Sync what is committed now, then declare it durable and hand its events over in order."""
+        self._wake = trio.Event()
+        self._cycles_started += 1
+        target = self._commits
+        batches = list(self._undurable)
+        self._undurable.clear()
+        try:
+            if wal is not None and self._synchronous == "full":
+                await blocking(functools.partial(_sync, wal))
+        except BaseException as exc:
+            self._undurable.extendleft(reversed(batches))  # not durable: the next cycle has them
+            if isinstance(exc, errors.StoreError):
+                self._failed = exc
+                self._synced.unpark_all()
+            raise
+        self._durable_commits = max(self._durable_commits, target)
+        self._cycles_done += 1
+        for events in batches:
+            self._hand_over(events)
+        self._synced.unpark_all()
+        if wal is not None and self._wal_pages >= CHECKPOINT_PAGES:
+            self._wal_pages = 0
+            await blocking(wal.checkpoint)
+            # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
+            # the WAL from its start only once it is: copy the few frames left here, where no commit can
+            # interleave (a fraction of the stall of checkpointing all of them here).
+            with contextlib.suppress(apsw.BusyError, apsw.LockedError):
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+def _sync(wal: WalFile) -> None:
+    try:
+        wal.sync()
+    except OSError as exc:  # the disk refused: nothing more can be promised durable
+        raise errors.StoreError(f"syncing the write-ahead log failed: {exc}") from exc
+
+
+class SyncThread:
+    """One worker thread for the blocking calls of one durability task.
+
+    Not ``trio.to_thread.run_sync``: its thread cache and capacity limiter cost about twice as much
+    CPU per call on the trio thread, and this one has a single job (measured in design/benchmarks.md).
+    A call is never abandoned: once a sync began, its caller waits for it, so what it covered is known.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], trio.lowlevel.Task] | None] = (
+            queue.SimpleQueue()
+        )
+        self._token = trio.lowlevel.current_trio_token()
+        # A daemon: a disk that never answers must not keep the process from exiting.
+        self._thread = threading.Thread(target=self._serve, name="store-sync", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, task = job
+            result = outcome.capture(work)
+            try:
+                self._token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+            except trio.RunFinishedError:
+                return
+
+    async def run(self, work: Callable[[], None]) -> None:
+        """Run ``work`` in the thread and return its outcome. **Cancellation:** not cancellable."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancellable until the job is handed over
+        self._jobs.put((work, trio.lowlevel.current_task()))
+        # Resumed with the job's outcome: its exception, if any, is raised here.
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+    def stop(self, timeout: float) -> None:
+        """Let the thread finish its job and end (waits at most ``timeout`` seconds)."""
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+
+async def _inline(work: Callable[[], None]) -> None:
+    work()  # no checkpoint after: the cycle hands the events over before anything else runs
+
+
+class WalFile:
+    """The write-ahead log of one database file: fsync it, checkpoint it. Blocking calls.
+
+    ``sync`` and ``checkpoint`` may run in a worker thread: they use a file descriptor and a SQLite
+    connection of their own, never the trio thread's connection.
+    """
+
+    def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._fd: int | None = None
+        self._checkpointer: apsw.Connection | None = None
+
+    def sync(self) -> None:
+        """Make every frame written to the WAL so far durable (whoever wrote it)."""
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path + "-wal", os.O_RDONLY)
+            except FileNotFoundError:
+                return  # nothing written yet: nothing to make durable
+            _sync_folder(os.path.dirname(os.path.abspath(self._path)))
+        os.fdatasync(self._fd)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error."""
+        if self._checkpointer is None:
+            self._checkpointer = apsw.Connection(self._path)
+            self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
+            # Syncs the WAL before copying and the database after: the copy never outruns the log.
+            self._checkpointer.execute("PRAGMA synchronous=NORMAL")
+        with contextlib.suppress(apsw.BusyError, apsw.LockedError):
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
+
+
+def _sync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
