@@ -153,6 +153,22 @@ class Subscription:
             live.wakeup = trio.Event()
             await live.wakeup.wait()
 
+    async def next_batch(self, limit: int) -> list[Event]:
+        """The next events at hand, at least one and at most ``limit``; empty once the bus closed.
+
+        Waits only while none is at hand, so a slow reader gets everything queued meanwhile in one
+        batch (the SSE stream writes a batch as one chunk). **Cancellation:** safe, as ``__anext__``.
+        """
+        batch: list[Event] = []
+        try:
+            batch.append(await self.__anext__())
+        except StopAsyncIteration:
+            return batch
+        while len(batch) < limit and (event := self._next_nowait()) is not None:
+            self.last = event.seq
+            batch.append(event)
+        return batch
+
     def _next_nowait(self) -> Event | None:
         """The next event already at hand, reading the store or attaching live as needed."""
         bus = self._bus

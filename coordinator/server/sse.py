@@ -1,14 +1,15 @@
 """Server-sent events: the event stream of the whole server or of one session, replayed then live.
 
 Each event is ``id: SEQ``, ``event: TYPE``, ``data: JSON`` (exactly ``Event.to_dict()``) and a blank
-line. A comment line keeps an idle connection alive. The subscription runs in its own task feeding an
-unbuffered channel, so a slow client only delays its own stream: the bus never waits for a subscriber.
+line. A comment line keeps an idle connection alive. A slow client only delays its own stream: the bus
+never waits for a subscriber, and what queued up meanwhile goes out as one chunk.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections import OrderedDict
 
 import attrs
 import trio
@@ -23,6 +24,9 @@ KEEPALIVE_SECONDS = 15.0
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 REPLAY_PAGE = 500
+
+BATCH_EVENTS = 500
+"""At most this many events in one chunk of a live stream."""
 
 MAX_SEQ = 2**63 - 1
 """The largest seq the store can hold (a signed 64-bit integer)."""
@@ -40,12 +44,37 @@ def encode(event: Event) -> bytes:
     return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
+class _Encoded:
+    """The encoding of the events most recently streamed: every stream of a fan-out gets the same
+    ``Event`` objects from the bus, so each is encoded once, not once per subscriber."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        # Keyed by identity; the event is kept beside its bytes, so its id is not reused meanwhile.
+        self._entries: OrderedDict[int, tuple[Event, bytes]] = OrderedDict()
+
+    def __call__(self, event: Event) -> bytes:
+        entry = self._entries.get(id(event))
+        if entry is not None and entry[0] is event:
+            return entry[1]
+        body = encode(event)
+        self._entries[id(event)] = (event, body)
+        if len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        return body
+
+
+_encoded = _Encoded(capacity=8192)
+
+
 @attrs.frozen(kw_only=True)
 class EventStream:
     """An ASGI response streaming the events after ``after`` (of ``session_id``, or all).
 
     With ``follow`` it replays, then streams live until the coordinator shuts down or the client
-    leaves; without it, it ends once the events stored when it began have been sent.
+    leaves; without it, it ends once the events published when it began have been sent. Whatever is
+    at hand is written as one chunk: a subscriber that fell behind catches up in a few large writes
+    rather than one per event.
     """
 
     coordinator: Coordinator
@@ -58,49 +87,43 @@ class EventStream:
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            await self._pump(send)
+            if self.follow:
+                await self._stream(send)
+            else:
+                await self._send_stored(send)
             nursery.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _pump(self, send: Send) -> None:
-        sender, receiver = trio.open_memory_channel[Event](0)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._feed, sender)
-            async with receiver:
-                while (body := await self._next_body(receiver)) is not None:
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+    async def _stream(self, send: Send) -> None:
+        """Replayed, then live: a batch at a time, a keep-alive comment after ``keepalive`` idle seconds."""
+        subscription = self.coordinator.subscribe(after=self.after, session_id=self.session_id)
+        async with contextlib.aclosing(subscription):
+            while True:
+                batch: list[Event] | None = None
+                with trio.move_on_after(self.keepalive):  # the wait only: a slow send is not cut
+                    batch = await subscription.next_batch(BATCH_EVENTS)
+                if batch is None:
+                    await _send_body(send, KEEPALIVE_COMMENT)
+                elif batch:
+                    await _send_body(send, b"".join(map(_encoded, batch)))
+                else:
+                    return  # the coordinator shut down
 
-    async def _next_body(self, receiver: trio.MemoryReceiveChannel[Event]) -> bytes | None:
-        """The next event, a keep-alive comment after ``keepalive`` idle seconds, or None at the end."""
-        with trio.move_on_after(self.keepalive):
-            try:
-                return encode(await receiver.receive())
-            except trio.EndOfChannel:
-                return None
-        return KEEPALIVE_COMMENT
-
-    async def _feed(self, sender: trio.MemorySendChannel[Event]) -> None:
-        async with sender:
-            if not self.follow:
-                await self._send_stored(sender)
-                return
-            subscription = self.coordinator.subscribe(after=self.after, session_id=self.session_id)
-            async with contextlib.aclosing(subscription) as events:
-                async for event in events:
-                    await sender.send(event)
-
-    async def _send_stored(self, sender: trio.MemorySendChannel[Event]) -> None:
-        """Send the events stored when the stream began, page by page, then stop."""
+    async def _send_stored(self, send: Send) -> None:
+        """Send the events published when the stream began, a page a chunk, then stop."""
         reader = self.coordinator.store.read
         high = self.coordinator.published_seq
         last = self.after
         while last < high:
-            page = [e for e in reader.events_after(last, self.session_id, REPLAY_PAGE) if e.seq <= high]
+            page = reader.events_after(last, self.session_id, REPLAY_PAGE, upto=high)
             if not page:
                 return
-            for event in page:
-                await sender.send(event)
-                last = event.seq
+            await _send_body(send, b"".join(map(encode, page)))
+            last = page[-1].seq
+
+
+async def _send_body(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:

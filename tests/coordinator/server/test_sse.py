@@ -14,6 +14,7 @@ import trio
 
 from coordinator import errors, open_coordinator
 from coordinator.client import CoordinatorClient
+from coordinator.server import sse
 from coordinator.server.app import build_app
 from tests.coordinator.server.harness import (
     SHELL_CALL,
@@ -186,3 +187,34 @@ async def test_a_followed_stream_reconnects_across_a_restart_with_last_event_id(
 async def _follow_with_new_client(url: str, log: EventLog) -> None:
     async with CoordinatorClient(url) as client:
         await log.follow(client)
+
+
+async def test_what_queued_up_goes_out_as_one_chunk(tmp_path: Path) -> None:
+    """A stream writes every event at hand in one body chunk (not one a event), and each event once."""
+    config = server_config(tmp_path)
+    bodies: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            bodies.append(message["body"])
+
+    async def receive() -> dict[str, Any]:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with open_coordinator(config, synchronous="normal") as coordinator:
+        for n in range(30):
+            await coordinator.create_session(title=f"s{n}")
+        stream = sse.EventStream(coordinator=coordinator, after=0, session_id=None, follow=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream, {}, receive, send)
+            with trio.fail_after(WAIT_SECONDS):
+                while not bodies:
+                    await trio.sleep(0.01)
+            await coordinator.shutdown()  # ends the stream after what was published
+    first = bodies[0].decode()
+    assert first.count("event: session.created\n") == 30
+    assert [line for line in first.splitlines() if line.startswith("id: ")] == [
+        f"id: {n}" for n in range(1, 31)
+    ]
+    assert bodies[-1] == b""  # the end of the response
