@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from coordinator.config import Config
 from coordinator.errors import ToolFailure
 from coordinator.models.base import Model
 from coordinator.reasons import Failure, StopReason
-from coordinator.store import SqliteStore, SqliteTx
+from coordinator.store import SqliteStore
+from coordinator.store.sqlite import Transaction
 from coordinator.tools.base import Tool
 
 log = structlog.get_logger()
@@ -99,15 +100,12 @@ class TurnScope:
     unopened_waits: set[str] = attrs.Factory(set)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
-    @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[SqliteTx]:
+    def write(self) -> Transaction:
         """A store transaction fenced by this turn's claim: a stale owner writes nothing.
 
         **Raises:** ``Fenced`` when another instance took the claim over.
         """
-        async with self.runtime.store.transaction() as tx:
-            tx.fence(self.session_id, self.runtime.instance_id, self.epoch)
-            yield tx
+        return self.runtime.store.transaction(fence=(self.session_id, self.runtime.instance_id, self.epoch))
 
     async def checkpoint(self, name: str) -> None:
         """A named await point for fault injection (``coordinator/checkpoints.py``); free in production."""

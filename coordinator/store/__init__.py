@@ -14,7 +14,7 @@ from typing import Protocol
 
 from coordinator.events import Event
 from coordinator.store._queries import Queries
-from coordinator.store.sqlite import SqliteStore, SqliteTx, open_sqlite_store
+from coordinator.store.sqlite import Fence, SqliteStore, SqliteTx, open_sqlite_store
 
 
 class Store(Protocol):
@@ -22,7 +22,7 @@ class Store(Protocol):
 
     read: Queries
 
-    def transaction(self) -> AbstractAsyncContextManager[SqliteTx]: ...
+    def transaction(self, *, fence: Fence | None = None) -> AbstractAsyncContextManager[SqliteTx]: ...
 
     def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None: ...
 
