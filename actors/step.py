@@ -46,6 +46,9 @@ async def run(turn: TurnScope) -> bool:
             # cleanup below asks for the reason.
             with turn.failing_on_error(f"step {step_id}"):
                 reply = await _ask_model(turn, index)
+                if not reply.tool_calls:
+                    await _answer(turn, step_id, reply)
+                    return False
                 calls = await _record_reply(turn, step_id, reply)
                 async with trio.open_nursery() as nursery:
                     for call in calls:
@@ -57,7 +60,7 @@ async def run(turn: TurnScope) -> bool:
         async with turn.write() as tx:
             tx.settle_step(step_id, "succeeded", None)
             tx.emit(events.step_succeeded(turn.session_id, turn.turn_id, step_id))
-        return bool(calls)
+        return True
     raise AssertionError("a step's own scope is never stopped alone")
 
 
@@ -93,15 +96,29 @@ def _conversation(turn: TurnScope) -> tuple:  # type: ignore[type-arg]
     return to_chat(messages, model_ids)
 
 
+async def _answer(turn: TurnScope, step_id: str, reply: ModelReply) -> None:
+    """Store an answer without tool calls and the step's success in one commit: nothing is left to
+    run between them (one commit fewer a turn than recording and settling apart)."""
+    async with turn.write() as tx:
+        _insert_assistant_message(tx, turn, reply)
+        tx.settle_step(step_id, "succeeded", None)
+        tx.emit(events.step_succeeded(turn.session_id, turn.turn_id, step_id))
+
+
 async def _record_reply(turn: TurnScope, step_id: str, reply: ModelReply) -> list[ToolCallRow]:
     """Store the assistant message with its tool calls, and publish each call's start, at once."""
     async with turn.write() as tx:
-        message_id = new_id("msg")
-        tx.insert_message(message_id, turn.session_id, turn.turn_id, "assistant", now_rfc3339())
-        if reply.text:
-            tx.add_text_part(message_id, reply.text)
+        message_id = _insert_assistant_message(tx, turn, reply)
         calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
     return calls
+
+
+def _insert_assistant_message(tx: SqliteTx, turn: TurnScope, reply: ModelReply) -> str:
+    message_id = new_id("msg")
+    tx.insert_message(message_id, turn.session_id, turn.turn_id, "assistant", now_rfc3339())
+    if reply.text:
+        tx.add_text_part(message_id, reply.text)
+    return message_id
 
 
 def _start_call(
