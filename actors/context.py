@@ -79,6 +79,9 @@ class Runtime:
     waits: Waits = attrs.Factory(Waits)
     turns: dict[str, TurnScope] = attrs.Factory(dict)
     injector: Injector | None = None
+    # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then
+    # on, checked inside their transaction, so one either lands before the shutdown's stop or not at all.
+    closing: bool = False
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -128,7 +131,10 @@ class TurnScope:
             return False
         if not reason.resumable:
             async with self.write() as tx:
-                if not tx.record_stop_intent(self.turn_id, reason):
+                # Again, after the transaction's checkpoint: another stop (a shutdown) may have come
+                # meanwhile. From here to handle.stop nothing awaits, so the intent this commits is
+                # the reason the actors stop with, never one that lost to another.
+                if self.stopping or not tx.record_stop_intent(self.turn_id, reason):
                     return False
         return self.handle.stop(reason)
 

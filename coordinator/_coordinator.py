@@ -33,7 +33,6 @@ class Coordinator:
     def __init__(self, runtime: Runtime, registry: Registry) -> None:
         self._runtime = runtime
         self._registry = registry
-        self._closing = False
 
     @property
     def config(self) -> Config:
@@ -54,7 +53,7 @@ class Coordinator:
         return self._runtime.bus.published_seq
 
     def _check_open(self) -> None:
-        if self._closing:
+        if self._runtime.closing:
             raise errors.CoordinatorClosed(message="the coordinator is shutting down")
 
     def _session(self, session_id: str) -> Session:
@@ -172,7 +171,7 @@ class Coordinator:
         Every later commit fails, the actors are torn down without settling, and this instance counts
         as dead, so the next ``open_coordinator`` on the database resumes its turns as after a crash.
         """
-        self._closing = True
+        self._runtime.closing = True
         self._runtime.store.before_commit = _crashed
         claims.LIVE_IN_THIS_PROCESS.discard(self._runtime.instance_id)
         await self._registry.abandon()
@@ -192,9 +191,9 @@ class Coordinator:
         Pending waits stay pending in the store; the next start restores them with the same ids.
         Idempotent. **Cancellation:** shielded; bounded by the grace period.
         """
-        if self._closing:
+        if self._runtime.closing:
             return
-        self._closing = True
+        self._runtime.closing = True
         grace = self._runtime.config.server.shutdown_grace
         with trio.move_on_after(grace, shield=True) as grace_scope:
             await self._registry.shutdown()

@@ -93,6 +93,7 @@ async def reply_permission(
         raise errors.InvalidRequest(message="message must be a string")
     stop: StopReason | None = None
     async with runtime.store.transaction() as tx:
+        _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
         tx.reply_permission(request_id, decision, message)
@@ -115,6 +116,14 @@ def _replied(decision: str, message: str | None) -> Any:
     from actors.permission_wait import Replied
 
     return Replied(decision=decision, message=message)  # type: ignore[arg-type]
+
+
+def _refuse_if_closing(runtime: Runtime) -> None:
+    """Inside the decision's transaction: between it and the stop it implies nothing awaits, so a
+    decision either lands before a shutdown suspends the turn or is refused (the wait is kept and
+    answered after the restart)."""
+    if runtime.closing:
+        raise errors.CoordinatorClosed(message="the coordinator is shutting down")
 
 
 def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> PermissionRequest:
@@ -155,6 +164,7 @@ def _apply_always(runtime: Runtime, tx: SqliteTx, request: PermissionRequest) ->
 
 async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any]) -> Form:
     async with runtime.store.transaction() as tx:
+        _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         _validate_answers(form, answers)
         tx.settle_form(form_id, "submitted", answers=answers)
@@ -168,6 +178,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
 async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message: str | None) -> Form:
     stop: StopReason | None = None
     async with runtime.store.transaction() as tx:
+        _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _form_turn(tx, form_id)
         tx.settle_form(form_id, "cancelled", message=message or None)

@@ -48,6 +48,12 @@ class OnCheckpoint:
             await self.action(turn)
 
 
+def as_another_process(runtime: Any) -> Any:
+    """The runtime as a second process sharing the database sees it: not shutting down. Its reply
+    lands while this process suspends the turn (this one refuses decisions from then on)."""
+    return attrs.evolve(runtime, closing=False)
+
+
 def fail_next_commit(store: SqliteStore) -> None:
     """Make the store's next commit fail, as a full or failing disk would, once."""
 
@@ -115,7 +121,9 @@ async def test_a_decline_during_a_shutdown_is_not_resumed(tmp_path: Path, autoju
 
     async def decline(turn: Any) -> None:
         request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[0]
-        await decisions.reply_permission(turn.runtime, turn.session_id, request.id, "reject", None)
+        await decisions.reply_permission(
+            as_another_process(turn.runtime), turn.session_id, request.id, "reject", None
+        )
 
     async with running(config, [SHELL_CALL, DONE], injector=OnCheckpoint("settle.tool", decline)) as (
         coord,
@@ -356,7 +364,9 @@ async def test_a_decline_during_a_shutdown_settles_children_before_parents(
 
     async def decline(turn: Any) -> None:
         request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[-1]
-        await decisions.reply_permission(turn.runtime, turn.session_id, request.id, "reject", None)
+        await decisions.reply_permission(
+            as_another_process(turn.runtime), turn.session_id, request.id, "reject", None
+        )
 
     async with running(config, [two, DONE], injector=OnCheckpoint("settle.tool", decline)) as (
         coord,

@@ -134,3 +134,27 @@ def test_the_entry_point_replays_one_run_and_prints_its_table(
     assert code == (1 if expected.failed else 0)
     assert f"1 runs of seed {CI_SEED}" in out
     assert "checkpoint" in out and "store failure" in out
+
+
+# Runs that once broke an invariant, replayed exactly (seed, index, shrunk schedule): each guards the
+# fix of a core bug the campaign found (design/chaos.md, F13 and F14).
+FOUND = {
+    "F13 a self-decided stop racing a shutdown": (
+        21,
+        1390,
+        "4:turn.start:shutdown,6:permission.wait:deadline",
+    ),
+    "F14 a reply landing as a shutdown began": (
+        21,
+        110,
+        "7:form.wait:shutdown,8:permission.wait:decline/stop",
+    ),
+}
+
+
+@pytest.mark.parametrize("finding", sorted(FOUND))
+def test_the_runs_that_found_a_core_bug_now_hold_every_invariant(root: Path, finding: str) -> None:
+    seed, index, schedule = FOUND[finding]
+    result = run_one(seed, index, root=root, schedule=parse_schedule(schedule))
+    assert len(result.applied) == 2, result.applied  # both faults still land where they did
+    assert result.violations == (), result.violations

@@ -193,10 +193,12 @@ async def test_what_queued_up_goes_out_as_one_chunk(tmp_path: Path) -> None:
     """A stream writes every event at hand in one body chunk (not one a event), and each event once."""
     config = server_config(tmp_path)
     bodies: list[bytes] = []
+    sent = trio.Event()
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.body":
             bodies.append(message["body"])
+            sent.set()
 
     async def receive() -> dict[str, Any]:
         await trio.sleep_forever()
@@ -209,8 +211,7 @@ async def test_what_queued_up_goes_out_as_one_chunk(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stream, {}, receive, send)
             with trio.fail_after(WAIT_SECONDS):
-                while not bodies:
-                    await trio.sleep(0.01)
+                await sent.wait()
             await coordinator.shutdown()  # ends the stream after what was published
     first = bodies[0].decode()
     assert first.count("event: session.created\n") == 30
