@@ -108,9 +108,13 @@ async def test_nothing_is_acknowledged_before_the_wal_is_synced(
         async def prompt() -> None:
             answers.append(await coord.prompt(session.id, "go"))
 
+        late_idle = trio.Event()
+
         async def subscribe_late() -> None:
             async for event in coord.subscribe(after=0):
                 late.append(event)
+                if event.type == "session.idle":
+                    late_idle.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(prompt)
@@ -129,6 +133,7 @@ async def test_nothing_is_acknowledged_before_the_wal_is_synced(
 
             gate.open()
             await recorder.wait_for("session.idle")
+            await late_idle.wait()
             nursery.cancel_scope.cancel()
         assert marker.read_text() == "ran"
         assert len(answers) == 1
