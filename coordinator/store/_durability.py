@@ -285,14 +285,21 @@ class WalFile:
         os.fdatasync(self._fd)
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error."""
-        if self._checkpointer is None:
-            self._checkpointer = apsw.Connection(self._path)
-            self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
-            # Syncs the WAL before copying and the database after: the copy never outruns the log.
-            self._checkpointer.execute("PRAGMA synchronous=NORMAL")
-        with contextlib.suppress(apsw.BusyError, apsw.LockedError):
+        """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error.
+
+        **Raises:** ``StoreError`` when the disk refuses (what was committed stays in the WAL).
+        """
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = apsw.Connection(self._path)
+                self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
+                # Syncs the WAL before copying and the database after: the copy never outruns the log.
+                self._checkpointer.execute("PRAGMA synchronous=NORMAL")
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except (apsw.BusyError, apsw.LockedError):
+            return  # another connection checkpoints, or holds the lock: the next cycle tries again
+        except apsw.Error as exc:
+            raise errors.StoreError(f"checkpointing the write-ahead log failed: {exc}") from exc
 
     def close(self) -> None:
         if self._fd is not None:
