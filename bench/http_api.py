@@ -109,6 +109,13 @@ class RawSubscriber:
         self.idle = 0
         self.last_seq = 0
         self.connected = trio.Event()
+        self._changed = trio.Event()
+
+    async def wait_idle(self, count: int) -> None:
+        """Until ``count`` ``session.idle`` events have arrived (woken by each read, not polled)."""
+        with trio.fail_after(WAIT_SECONDS):
+            while self.idle < count:
+                await self._changed.wait()
 
     async def run(self) -> None:
         stream = await trio.open_tcp_stream(self._host, self._port)
@@ -128,6 +135,8 @@ class RawSubscriber:
                 self.idle += window.count(_IDLE)
                 self._note_seq(window)
                 tail = window[-(len(_IDLE) - 1) :]
+                self._changed.set()
+                self._changed = trio.Event()
 
     def _note_seq(self, window: bytes) -> None:
         """Remember the last whole ``id: SEQ`` line (JSON data never holds ``id:`` and a space)."""
@@ -135,6 +144,74 @@ class RawSubscriber:
         end = window.find(b"\n", at)
         if at >= 0 and end > at and window[at + 4 : end].isdigit():
             self.last_seq = int(window[at + 4 : end])
+
+
+class RawClient:
+    """HTTP/1.1 requests with JSON bodies on one kept-alive plain socket: next to no client cost, so
+    a latency measures the server (httpx adds about 3 ms a request here, measured on ``/health``)."""
+
+    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+        self._stream = stream
+        self._host = host
+        self._buffer = b""
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, url: str) -> AsyncIterator[RawClient]:
+        parts = urlsplit(url)
+        stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
+        async with stream:
+            yield cls(stream, parts.hostname or "127.0.0.1")
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        await self._stream.send_all(head.encode() + data)
+        return await self._response()
+
+    async def _response(self) -> tuple[int, bytes]:
+        while b"\r\n\r\n" not in self._buffer:
+            await self._read()
+        head, self._buffer = self._buffer.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(
+            int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length"
+        )
+        while len(self._buffer) < length:
+            await self._read()
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        return int(lines[0].split()[1]), body
+
+    async def _read(self) -> None:
+        data = await self._stream.receive_some(65536)
+        if not data:
+            raise RuntimeError("the server closed the connection")
+        self._buffer += data
+
+
+async def _raw_text_turns(server: Server, turns: int) -> list[float]:
+    """``_text_turns`` with a plain-socket client: POST to ``session.idle`` on the session's stream."""
+    async with RawClient.connect(server.url) as client:
+        status, body = await client.post("/api/session", {"title": "bench-raw"})
+        if status != 201 and status != 200:
+            raise RuntimeError(f"creating a session answered {status}: {body!r}")
+        session_id = json.loads(body)["id"]
+        stream = RawSubscriber(server.url, f"/api/session/{session_id}/event?after=0")
+        latencies = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream.run)
+            for turn in range(turns + 1):  # the first is a warm-up
+                started = time.perf_counter()
+                status, body = await client.post(f"/api/session/{session_id}/prompt", {"text": "hello"})
+                if status >= 300:
+                    raise RuntimeError(f"a prompt answered {status}: {body!r}")
+                await stream.wait_idle(turn + 1)
+                latencies.append(time.perf_counter() - started)
+            nursery.cancel_scope.cancel()
+    return latencies[1:]
 
 
 async def _wait_until(predicate: Any) -> None:
@@ -253,13 +330,15 @@ async def measure_http(workdir: Path, sizes: Sizes) -> dict[str, float]:
             (await client.get("/health")).raise_for_status()
             await trio.sleep(0.5)  # let start-up settle before reading the idle RSS
             idle_rss = rss_kib(server.pid)
-            latencies = await _text_turns(client, sizes.http_turns)
-            ended = len(latencies) + 1  # with the warm-up turn
+            latencies = await _raw_text_turns(server, sizes.http_turns)
+            with_httpx = await _text_turns(client, sizes.http_turns)
+            ended = len(latencies) + len(with_httpx) + 2  # with the warm-up turns
             last_seq = await _sessions_with_a_turn(client, server, sizes.http_sessions, idle_before=ended)
             busy_rss = rss_kib(server.pid)
             figures = {
                 "http_text_turn_ms": median(latencies) * 1000,
                 "http_text_turn_p99_ms": p99(latencies) * 1000,
+                "http_text_turn_httpx_ms": median(with_httpx) * 1000,
                 "server_rss_idle_mib": idle_rss / 1024,
                 "server_rss_200_sessions_mib": busy_rss / 1024,
             }

@@ -31,6 +31,7 @@ EXTRA_KEYS = (
     "checkpoints_per_turn",
     "checkpoint_ns",
     "http_text_turn_p99_ms",
+    "http_text_turn_httpx_ms",
     "fanout_replay_events_per_s",
 )
 
