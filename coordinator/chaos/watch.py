@@ -60,7 +60,7 @@ class CommitWatch:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             self.fired = True
-            self.record.failed_turns |= self.record.live_turns()
+            self.record.failed_turns |= self.record.live_turns() | self._running_turns()
             raise error("chaos: injected store failure")
         read = self.store.read
         for turn_id in self.record.live_turns() - set(self.record.intents):
@@ -69,6 +69,12 @@ class CommitWatch:
                 self.record.intents[turn_id] = Intent(
                     reason=row.stop_reason, phase=self.phase, seq=read.last_seq()
                 )
+
+    def _running_turns(self) -> set[str]:
+        """Turns running in the store: one may run before the driver learned its id, since
+        ``prompt()`` answers only once the prompt is durable."""
+        read = self.store.read
+        return {row.id for s in self.record.sessions if (row := read.running_turn(s)) is not None}
 
     def on_commit(self, events: Sequence[Event]) -> None:
         ended = False
