@@ -71,14 +71,17 @@ def settle_call(
     output: Any = None,
     error: ToolError | None = None,
     partial: Partial | None = None,
+    stopped_for: StopReason | None = None,
 ) -> bool:
     """Settle ``call`` (succeeded without ``error``, else failed), after whatever it leaves behind.
 
     Its still-running nested calls fail first and its own pending waits are revoked, so children
     always settle before their parent, even when a child's own settlement could not be written.
+    A call ``stopped_for`` a reason leaves them that reason (a wait whose own revocation could not be
+    written is still revoked for the stop, chaos F15); otherwise they are revoked as leftovers.
     Returns False when the call was settled already.
     """
-    leftover = Failure(message=f"tool call {call.call_id} settled before this")
+    leftover = stopped_for or Failure(message=f"tool call {call.call_id} settled before this")
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     fail_calls(tx, [c for c in children if c.status == "running"], leftover)
     revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)

@@ -23,7 +23,7 @@ from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
 from coordinator.errors import ToolFailure
-from coordinator.reasons import Timeout
+from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Tool, ToolContext
@@ -179,10 +179,14 @@ async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> 
 
 
 async def _settle_failed(
-    turn: TurnScope, call: ToolCallRow, error: ToolError, partial: Partial | None
+    turn: TurnScope,
+    call: ToolCallRow,
+    error: ToolError,
+    partial: Partial | None,
+    stopped_for: StopReason | None = None,
 ) -> None:
     async with turn.write() as tx:
-        settlement.settle_call(tx, call, error=error, partial=partial)
+        settlement.settle_call(tx, call, error=error, partial=partial, stopped_for=stopped_for)
 
 
 async def _settle_stopped(
@@ -202,4 +206,4 @@ async def _settle_stopped(
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return
     error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
-    await _settle_failed(turn, call, error, _partial(context))
+    await _settle_failed(turn, call, error, _partial(context), stopped_for=reason)

@@ -137,7 +137,7 @@ def test_the_entry_point_replays_one_run_and_prints_its_table(
 
 
 # Runs that once broke an invariant, replayed exactly (seed, index, shrunk schedule): each guards the
-# fix of a core bug the campaign found (design/chaos.md, F13 and F14).
+# fix of a core bug the campaign found (design/chaos.md, F13 to F15).
 FOUND = {
     "F13 a self-decided stop racing a shutdown": (
         21,
@@ -149,22 +149,7 @@ FOUND = {
         110,
         "7:form.wait:shutdown,8:permission.wait:decline/stop",
     ),
-}
-
-
-@pytest.mark.parametrize("finding", sorted(FOUND))
-def test_the_runs_that_found_a_core_bug_now_hold_every_invariant(root: Path, finding: str) -> None:
-    seed, index, schedule = FOUND[finding]
-    result = run_one(seed, index, root=root, schedule=parse_schedule(schedule))
-    assert len(result.applied) == 2, result.applied  # both faults still land where they did
-    assert result.violations == (), result.violations
-
-
-# Found by seed 41 (2,500 runs) at the end of the group-durability work and not fixed yet: the replay
-# fails today (strict xfail), and passes, failing this test, once its bug is fixed (design/chaos.md).
-# F16 is left out: its run has real processes (a real-speed clock), and it reproduces 1 time in 6.
-OPEN = {
-    "F15 a form's failed revocation during a decline is revoked for an error": (
+    "F15 a form's failed revocation during a decline": (
         41,
         1541,
         "5:form.wait:decline/stop,9:form.wait:store_failure/full,13:model.reply:store_failure/busy",
@@ -172,9 +157,9 @@ OPEN = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="open chaos finding F15 (design/chaos.md)")
-@pytest.mark.parametrize("finding", sorted(OPEN))
-def test_the_open_findings_still_break_an_invariant(root: Path, finding: str) -> None:
-    seed, index, schedule = OPEN[finding]
+@pytest.mark.parametrize("finding", sorted(FOUND))
+def test_the_runs_that_found_a_core_bug_now_hold_every_invariant(root: Path, finding: str) -> None:
+    seed, index, schedule = FOUND[finding]
     result = run_one(seed, index, root=root, schedule=parse_schedule(schedule))
+    assert len(result.applied) == len(schedule.split(",")), result.applied  # every fault still lands
     assert result.violations == (), result.violations
