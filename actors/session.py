@@ -182,7 +182,11 @@ def _find(exc: BaseException, kind: type[Fenced]) -> Fenced | None:
 
 async def _turn_deadline(scope: TurnScope, limit: float) -> None:
     await trio.sleep(limit)
-    await scope.stop(Timeout(scope="turn", after=limit))
+    # If the timeout's intent cannot be committed (the store fails), the turn still stops, with that
+    # failure as its typed reason: the exception would otherwise cancel the turn's actors with none
+    # (chaos F16).
+    with scope.failing_on_error("the turn deadline"):
+        await scope.stop(Timeout(scope="turn", after=limit))
 
 
 async def _drive(scope: TurnScope) -> None:

@@ -441,3 +441,28 @@ async def test_a_stop_while_a_step_starts_its_calls_settles_them_before_the_step
         assert max(i for i, t in enumerate(types) if t == "session.tool.failed") < types.index(
             "session.step.failed"
         )
+
+
+async def test_a_turn_deadline_whose_stop_cannot_be_committed_still_stops_with_a_reason(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """The turn deadline's intent commit fails (the store fails as the deadline passes): the turn still
+    stops, for that failure, and no actor is cancelled without a reason (chaos F16: the deadline's
+    task raised into the turn's nursery, which cancelled the step and the call reason-less). Campaign:
+    seed 41, run 2173, ``--schedule '5:tool.start:store_failure/error,6:tool.end:deadline'``.
+    """
+    long_call = {"tool_calls": [{"id": "call_1", "name": "slow", "input": {"seconds": 60}}]}
+
+    async def fail(turn: Any) -> None:
+        fail_next_commit(turn.runtime.store)  # the next commit is the deadline's intent, at 2 s
+
+    injector = OnCheckpoint("tool.start", fail)
+    config = config_for(tmp_path, turn=2)
+    async with running(config, [long_call, DONE], injector=injector) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        idle = await recorder.wait_for("session.idle")
+    assert idle.payload["outcome"] == "failed"
+    reasons = [e.payload["reason"] for e in recorder.events if "reason" in e.payload]
+    assert reasons and all(r["type"] == "error" and r["message"] != REASONLESS for r in reasons), reasons
+    assert "the turn deadline" in reasons[-1]["message"], reasons
