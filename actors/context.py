@@ -153,6 +153,19 @@ class TurnScope:
             self.live_waits -= 1
             self._signal_waits_changed()
 
+    @contextlib.contextmanager
+    def settled_by_its_call_unless_done(self, call_id: str) -> Iterator[None]:
+        """Around a wait's own settlement: if it raises (its revocation commit failed), the wait is left
+        to its call, which revokes it as it settles (first thing, when the turn stops), and meanwhile
+        it still counts among the waits every call's failure comes after (chaos F17)."""
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            if not done:
+                self.unopened_waits.add(call_id)
+
     def forget_unopened_wait(self, call_id: str) -> None:
         """A restored call settled its kept wait without re-opening it."""
         self.unopened_waits.discard(call_id)

@@ -49,7 +49,10 @@ async def run(
             await trio.lowlevel.checkpoint()
             raise AssertionError("a stopped turn did not cancel its question form")
         except BaseException:
-            with trio.move_on_after(SETTLE_SECONDS, shield=True):
+            with (
+                turn.settled_by_its_call_unless_done(call_id),
+                trio.move_on_after(SETTLE_SECONDS, shield=True),
+            ):
                 await _settle(turn, handle, form, restorable)
             raise
         finally:

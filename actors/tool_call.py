@@ -58,9 +58,17 @@ async def run(
                 output = await _permit_and_run(turn, handle, running, call, context, restore)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
-            # A finished result is kept even if a stop arrives now: settle it shielded.
+            # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
+            # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_failed(turn, call, error, _partial(context, failure.partial))
+                await _settle_failed(
+                    turn,
+                    call,
+                    error,
+                    _partial(context, failure.partial),
+                    stopped_for=handle.effective_reason(),
+                )
+            turn.forget_unopened_wait(call.call_id)
             return CallResult(call_id=call.call_id, status="failed", error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):

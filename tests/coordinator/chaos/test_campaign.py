@@ -137,7 +137,8 @@ def test_the_entry_point_replays_one_run_and_prints_its_table(
 
 
 # Runs that once broke an invariant, replayed exactly (seed, index, shrunk schedule): each guards the
-# fix of a core bug the campaign found (design/chaos.md, F13 to F15).
+# fix of a core bug the campaign found (design/chaos.md, F13 to F17; F16's run has real processes, so
+# its guard is a scenario in tests/scenarios/test_chaos_findings.py).
 FOUND = {
     "F13 a self-decided stop racing a shutdown": (
         21,
@@ -153,6 +154,11 @@ FOUND = {
         41,
         1541,
         "5:form.wait:decline/stop,9:form.wait:store_failure/full,13:model.reply:store_failure/busy",
+    ),
+    "F17 a wait whose revocation failed, revoked after a sibling failed": (
+        51,
+        1683,
+        "9:form.wait:interrupt,11:permission.wait:store_failure/error",
     ),
 }
 
