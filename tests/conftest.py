@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,43 @@ async def running(
 async def _record(coord: Coordinator, recorder: Recorder) -> None:
     async for event in coord.subscribe(after=0):
         recorder.add(event)
+
+
+WALL_CLOCK_LIMIT_S = 60.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            marker = item.get_closest_marker("wall_clock_limit")
+            limit = float(marker.args[0]) if marker else WALL_CLOCK_LIMIT_S
+            item.obj = _with_wall_clock_limit(item.obj, limit, item.nodeid)
+
+
+def _with_wall_clock_limit(test: Callable[..., Any], limit: float, name: str) -> Callable[..., Any]:
+    """The trio test, failed by name once it has run `limit` seconds of real time.
+
+    A timer thread watches the wall clock (a test's trio clock may be a MockClock that jumps) and
+    cancels the test's outermost scope through the run's token, so the trio run ends cleanly and the
+    tests after it still run. No task is added to the test. `pytest-timeout` is the backstop for sync
+    tests and for a hang that no cancellation reaches.
+    """
+
+    @functools.wraps(test)
+    async def limited(*args: Any, **kwargs: Any) -> None:
+        token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as scope:
+            timer = threading.Timer(limit, token.run_sync_soon, (scope.cancel,))
+            timer.daemon = True
+            timer.start()
+            try:
+                await test(*args, **kwargs)
+            finally:
+                timer.cancel()
+        if scope.cancelled_caught:
+            pytest.fail(f"{name} ran longer than {limit:g} s of wall-clock time", pytrace=False)
+
+    return limited
 
 
 @pytest.fixture
