@@ -235,9 +235,6 @@ def _fail_interrupted_work(
     """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
     on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
     """
-    for step_id in tx.running_steps(scope.turn_id):
-        tx.settle_step(step_id, "failed", _RESTARTED)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
     restorable, interrupted = [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
@@ -246,7 +243,11 @@ def _fail_interrupted_work(
             restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
         else:
             interrupted.append(call)
+    # Children before parents, as in a live stop: the calls fail before the steps that made them.
     settlement.fail_calls(tx, interrupted, _RESTARTED, error=_RESTART_ERROR)
+    for step_id in tx.running_steps(scope.turn_id):
+        tx.settle_step(step_id, "failed", _RESTARTED)
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
     return restorable
 
 

@@ -61,7 +61,8 @@ async def test_a_crash_while_a_permission_waits_restores_the_same_request(
 async def test_a_crash_while_a_tool_runs_fails_it_as_interrupted_and_asks_again(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
-    """The running call fails as interrupted, and the model is asked again with the restart note."""
+    """The running call fails as interrupted, before its step (children first, as in a live stop), and
+    the model is asked again with the restart note."""
     config = config_for(tmp_path)
     session_id, _, before = await crash_at(config, [SLOW_CALL, DONE], "session.tool.started")
     model = CountingModel(ScriptedModel.from_json([DONE]))
@@ -69,8 +70,8 @@ async def test_a_crash_while_a_tool_runs_fails_it_as_interrupted_and_asks_again(
         await recorder.wait_for("session.idle")
         assert recorder.types(session_id)[len(before) :] == [
             "session.execution.resumed",
-            "session.step.failed",
             "session.tool.failed",
+            "session.step.failed",
             "session.step.started",
             "session.step.succeeded",
             "session.execution.succeeded",

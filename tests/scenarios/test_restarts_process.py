@@ -253,7 +253,8 @@ async def test_a_stop_while_a_shell_command_runs_fails_the_call_and_asks_the_mod
                 resumed = ["session.execution.resumed"]
             else:
                 stopped = []
-                resumed = ["session.execution.resumed", "session.step.failed", "session.tool.failed"]
+                # Recovery settles children before parents, exactly as a live stop does.
+                resumed = ["session.execution.resumed", "session.tool.failed", "session.step.failed"]
             assert second.types(session_id) == [*started, *stopped, *resumed, *RESUMED_SUCCESS]
             failed = second.log.of("session.tool.failed", session_id)
             assert len(failed) == 1 and failed[0]["error"]["type"] == "interrupted"
