@@ -2,9 +2,11 @@
 
 A claim names its owner, an instance id. An instance records its host, pid, boot id and a heartbeat.
 A claim whose owner is dead belongs to a crashed process and is taken over (its epoch grows, fencing
-the old owner out). On the same host and boot, an owner is dead at once when its pid is gone, or when
-it is this very process but not one of the coordinators open in it now; elsewhere, when its heartbeat
-is older than the lease.
+the old owner out). Another process's instance is dead once its heartbeat is older than the lease,
+whatever its pid: a frozen process (SIGSTOP, a hung event loop, a paused container) or a recycled pid
+must not hold its sessions for ever, and the fencing epoch stops whatever it writes when it wakes. A
+gone pid on the same host and boot only makes that sooner. An instance of this very process is dead
+when it is not one of the coordinators open in it now.
 """
 
 from __future__ import annotations
@@ -82,13 +84,14 @@ class Liveness:
             return True
         if owner.id == self.me.id:
             return False
-        if owner.host == self.me.host and owner.boot_id == self.me.boot_id:
-            if owner.pid == self.me.pid:
-                return owner.id not in LIVE_IN_THIS_PROCESS
+        same_boot = owner.host == self.me.host and owner.boot_id == self.me.boot_id
+        if same_boot and owner.pid == self.me.pid:
+            return owner.id not in LIVE_IN_THIS_PROCESS
+        if time.time() - owner.heartbeat > self.lease:
+            return True
+        if same_boot:
             return not _pid_alive(owner.pid)
-        if owner.host == self.me.host:
-            return True  # the machine rebooted since
-        return time.time() - owner.heartbeat > self.lease
+        return owner.host == self.me.host  # the same host booted again since: its processes are gone
 
 
 async def serve_heartbeat(store: SqliteStore, instance_id: str, lease: float) -> None:

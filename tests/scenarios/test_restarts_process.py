@@ -9,6 +9,7 @@ which ids (a restored wait keeps its id), and that a deliberate stop never resum
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -586,3 +587,46 @@ async def test_an_unreaped_dead_owner_is_taken_over_too(tmp_path: Path) -> None:
         resumed = other.log.of("session.execution.resumed", session_id)
         await owner.server.process.wait()
         assert [e["after"] for e in resumed] == ["crash"]
+
+
+async def test_a_frozen_owner_loses_its_turn_after_the_lease_and_commits_nothing_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP of the owner in the middle of a tool call: its pid lives on, but once its heartbeat is
+    older than the lease the other process takes the turn over as a crash; woken with SIGCONT, the old
+    owner is fenced out: no commit, no model request, and the tool started exactly once."""
+    starts = tmp_path / "starts.log"
+    call = Call(
+        id="call_frozen", name="shell", input={"command": f"{ALLOWED}echo started >> {starts}; exec sleep 30"}
+    )
+    async with (
+        site(tmp_path, answering(ToolCalls(calls=(call,)))) as s,
+        s.running("a") as a,
+        s.running("b") as b,
+    ):
+        session = await a.client.create_session(title="frozen")
+        await a.client.prompt(session.id, "go")
+        await b.log.wait_for("session.tool.started", session.id)
+        info = await b.client.get_session(session.id)
+        assert info.claim is not None
+        owner = {run.server.instance_id(): run for run in (a, b)}[info.claim.owner]
+        other = b if owner is a else a
+        await s.process_group(session.id, "call_frozen")  # the command runs
+        owner.server.process.send_signal(signal.SIGSTOP)
+        try:
+            await other.log.wait_for("session.idle", session.id)
+        finally:
+            owner.server.process.send_signal(signal.SIGCONT)
+        with trio.fail_after(WAIT_SECONDS):
+            while not owner.server.logged("claim_lost"):  # noqa: ASYNC110 (another process's log file)
+                await trio.sleep(0.05)
+        settled = other.types(session.id)
+        await trio.sleep(1.5)  # room for anything the woken owner might still try to commit
+        assert other.types(session.id) == settled
+        assert settled.count("session.tool.started") == 1 and settled.count("session.tool.succeeded") == 0
+        assert [e["after"] for e in other.log.of("session.execution.resumed", session.id)] == ["crash"]
+        assert settled[-4:] == RESUMED_SUCCESS
+        assert starts.read_text().splitlines() == ["started"]
+        assert len(s.mock.requests) == 2 and mentions_restart(s.mock.requests[1])
+        assert owner.server.returncode is None  # the woken process lives on, fenced out of that turn
+        await assert_session(other, session.id, "idle", "succeeded")
