@@ -160,3 +160,24 @@ async def test_prompts_sent_while_a_turn_runs_are_queued_in_order(config: Config
         assert started == idles == [first, second]
         history = await coord.history(session.id)
         assert [m.role for m in history] == ["user", "assistant", "assistant", "user", "assistant"]
+
+
+async def test_a_configured_deny_wins_over_an_always_rule_the_session_already_has(tmp_path: Path) -> None:
+    """An operator who adds a deny rule after a user answered ``always`` must be obeyed: the session's
+    rule never reopens what the configuration forbids (design/decisions.md)."""
+    command = "rm -rf build"
+    script = ScriptedModel.from_json([shell_calls(command), DONE, shell_calls(command), DONE])
+    async with running(make_config(tmp_path, rules=ASK), model=script) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "clean")
+        asked = await recorder.wait_for("permission.asked")
+        await coord.reply_permission(session.id, asked.payload["request"]["id"], "always")
+        await recorder.wait_for("session.idle")
+    deny = Rule(action="shell", resource="rm *", effect="deny")
+    async with running(make_config(tmp_path, rules=(*ASK, deny)), model=script) as (coord, recorder):
+        await coord.prompt(session.id, "clean again")
+        await recorder.wait_for("session.idle", 2)
+        failed = recorder.of("session.tool.failed")
+        assert [e.payload["error"]["type"] for e in failed] == ["denied"]
+        assert len(recorder.of("permission.asked")) == 1  # the first turn's only
+        assert recorder.of("session.idle")[-1].payload["outcome"] == "succeeded"
