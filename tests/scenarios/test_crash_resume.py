@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import trio
 
+from coordinator.config import PluginConfig
 from coordinator.models.scripted import ScriptedModel
 from coordinator.reasons import Interrupt
 from tests.conftest import running
@@ -160,3 +161,49 @@ async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
         orphan.kill()
         with trio.move_on_after(5, shield=True):
             await orphan.wait()
+
+
+COUNTING_PLUGIN = """
+from pathlib import Path
+
+async def counted(label: str) -> str:
+    \"\"\"Note one run in runs.log, then answer.\"\"\"
+    with (Path(__file__).parent / "runs.log").open("a") as runs:
+        runs.write(label + "\\n")
+    return "ran " + label
+"""
+
+
+async def test_a_resume_never_runs_a_call_that_had_finished_before_the_crash(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """Of two calls of one step, the one that finished keeps its result and is not run again; only the
+    one that was running fails, and the model gets both results with the restart note."""
+    (tmp_path / "counting.py").write_text(COUNTING_PLUGIN)
+    config = config_for(tmp_path)
+    config = attrs.evolve(config, plugin=(*config.plugin, PluginConfig(entry="counting:counted")))
+    both = {
+        "tool_calls": [
+            {"id": "call_fast", "name": "counted", "input": {"label": "fast"}},
+            {"id": "call_slow", "name": "slow", "input": {"seconds": 1000}},
+        ]
+    }
+    session_id, _, before = await crash_at(config, [both, DONE], "session.tool.succeeded")
+    model = CountingModel(ScriptedModel.from_json([DONE]))
+    async with running(config, model=model) as (_, recorder):
+        await recorder.wait_for("session.idle")
+        assert (tmp_path / "runs.log").read_text().splitlines() == ["fast"]
+        assert recorder.types(session_id)[len(before) :] == [
+            "session.execution.resumed",
+            "session.tool.failed",
+            "session.step.failed",
+            "session.step.started",
+            "session.step.succeeded",
+            "session.execution.succeeded",
+            "session.idle",
+        ]
+        assert [e.payload["call_id"] for e in recorder.of("session.tool.failed")] == ["call_slow"]
+        tool_results = {m.tool_call_id: m.content for m in model.requests[0].messages if m.role == "tool"}
+        assert set(tool_results) == {"call_fast", "call_slow"}
+        assert "ran fast" in (tool_results["call_fast"] or "")
+        assert "restarted" in (tool_results["call_slow"] or "")
