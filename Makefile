@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run demo test unit lint fmt chaos bench clean
+.PHONY: setup run demo test unit lint fmt chaos bench model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,21 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/coordinator bench
+
+# The claim protocol's Spin model, checked exhaustively (design/model/README.md): the model verifies
+# clean, and each deliberately broken variant and each behaviour of the code before its fix yields a
+# counterexample. Needs spin and gcc, not the virtualenv.
+MODEL_CHECK := design/model/verify.sh
+model:
+	$(MODEL_CHECK) safety clean
+	$(MODEL_CHECK) liveness clean
+	$(MODEL_CHECK) safety clean -DNODES=3 -DPAUSES=0 -DTRIES=1
+	$(MODEL_CHECK) safety counterexample -DBROKEN_NO_FENCE
+	$(MODEL_CHECK) safety counterexample -DBROKEN_RESUME_AFTER_CLAIM
+	$(MODEL_CHECK) safety counterexample -DMAIN_UNFENCED_START
+	$(MODEL_CHECK) safety counterexample -DMAIN_BEGIN_UNCHECKED
+	$(MODEL_CHECK) safety counterexample -DMAIN_PENDING_ONLY
+	$(MODEL_CHECK) safety counterexample -DNODES=3 -DPAUSES=0 -DTRIES=1 -DMAIN_STEALS_SUSPENDED
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

@@ -110,6 +110,13 @@ class TurnScope:
         """
         return self.runtime.store.transaction(fence=(self.session_id, self.runtime.instance_id, self.epoch))
 
+    def check_claim(self) -> None:
+        """Raise ``Fenced`` unless this instance still holds the claim at this turn's epoch.
+
+        A read, for an effect outside the store (a tool's start) that no fenced write precedes.
+        """
+        self.runtime.store.read.fence(self.session_id, self.runtime.instance_id, self.epoch)
+
     async def checkpoint(self, name: str) -> None:
         """A named await point for fault injection (``coordinator/checkpoints.py``); free in production."""
         if self.runtime.injector is not None:

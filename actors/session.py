@@ -92,9 +92,10 @@ async def _run_turn(
     runtime: Runtime, handle: SessionHandle, turn: TurnRow, takeover: Takeover | None
 ) -> bool:
     """Run one turn to its settlement. False when the session must not go on (claim elsewhere)."""
-    scope = await _begin(runtime, turn, takeover)
-    if scope is None:
+    begun = await _begin(runtime, turn, takeover)
+    if begun is None:
         return False
+    scope, turn = begun
     runtime.turns[turn.id] = handle.turn = scope
     if handle.shutting_down:
         scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
@@ -112,12 +113,23 @@ async def _run_turn(
     return True
 
 
-async def _begin(runtime: Runtime, turn: TurnRow, takeover: Takeover | None) -> TurnScope | None:
-    """Take the claim and publish the turn's start (or resumption) in one transaction."""
+async def _begin(
+    runtime: Runtime, turn: TurnRow, takeover: Takeover | None
+) -> tuple[TurnScope, TurnRow] | None:
+    """Take the claim and publish the turn's start (or resumption) in one transaction.
+
+    Returns the scope and the turn as that transaction read it: another instance may have started,
+    or even settled, the turn since it was read (design/model/README.md, finding 2).
+    """
     if turn.status != "queued" and takeover is None:
         log.info("turn_left_to_its_owner", turn_id=turn.id, status=turn.status)
         return None
     async with runtime.store.transaction() as tx:
+        current = tx.get_turn(turn.id)
+        if current is None or current.status not in _STARTABLE[takeover is not None]:
+            log.info("turn_moved_on", turn_id=turn.id, status=None if current is None else current.status)
+            return None
+        turn = current
         since = now_rfc3339()
         previous = None if takeover is None else takeover.previous_owner
         epoch = tx.acquire_claim(turn.session_id, runtime.instance_id, since, takeover_from=previous)
@@ -131,7 +143,15 @@ async def _begin(runtime: Runtime, turn: TurnRow, takeover: Takeover | None) -> 
             tx.add_text_part(message_id, turn.prompt)
             tx.emit(events.turn_started(turn.session_id, turn.id, turn.prompt))
     handle = ActorHandle(kind="turn", id=turn.id)
-    return TurnScope(runtime=runtime, session_id=turn.session_id, turn_id=turn.id, epoch=epoch, handle=handle)
+    scope = TurnScope(
+        runtime=runtime, session_id=turn.session_id, turn_id=turn.id, epoch=epoch, handle=handle
+    )
+    return scope, turn
+
+
+# The statuses a turn may still have when its claim is taken: queued for a start, unfinished for a
+# takeover (a turn settled meanwhile must not be settled twice).
+_STARTABLE = {False: frozenset({"queued"}), True: frozenset({"running", "stopping", "suspended"})}
 
 
 async def _execute(

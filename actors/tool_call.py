@@ -22,7 +22,7 @@ from actors import permission_wait, settlement, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
-from coordinator.errors import ToolFailure
+from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
 from coordinator.store.rows import ToolCallRow
@@ -141,10 +141,14 @@ async def _run_bounded(
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()
+            # And fenced, with no await between the check and the start: the last fenced commit may
+            # be long past (a permission wait), and another instance may have taken the turn over
+            # and restored this very call meanwhile (design/model/README.md, finding 1).
+            turn.check_claim()
             output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
             return output
-        except ToolFailure:
+        except (ToolFailure, Fenced):
             raise
         except Exception as exc:
             log.info("tool_raised", call_id=call.call_id, exc_info=exc)

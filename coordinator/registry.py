@@ -59,7 +59,10 @@ class Registry:
         for turn in read.unfinished_turns():
             claim = read.get_claim(turn.session_id)
             owner = None if claim is None or claim.owner is None else read.get_instance(claim.owner)
-            if turn.status != "suspended" and not liveness.owner_is_dead(owner):
+            # A suspended turn whose claim is held again is being resumed by that owner (between its
+            # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
+            suspended = claim is not None and claim.state == "suspended"
+            if not suspended and not liveness.owner_is_dead(owner):
                 continue
             after = "shutdown" if turn.status == "suspended" else "crash"
             self._takeovers[turn.id] = Takeover(

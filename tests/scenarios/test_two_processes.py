@@ -3,6 +3,7 @@ them, decisions reach the one that runs it, and the survivor takes over when the
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,53 @@ async def test_the_survivor_takes_over_a_dead_coordinators_turn(tmp_path: Path, 
         await b.reply_permission(session.id, restored.payload["request"]["id"], "once")
         await b_events.wait_for("session.idle")
         assert len(b_events.of("session.execution.resumed")) == 1
+
+
+async def test_a_zombie_owner_never_starts_a_tool_after_a_takeover(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A's call waits for permission; B takes the claim over; a reply then reaches A: A must not run
+    the tool (B, which restores the same call, may), so no tool ever starts twice (model finding 1)."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    marker = tmp_path / "started"
+    call = {"tool_calls": [{"id": "call_1", "name": "shell", "input": {"command": f"echo hi > {marker}"}}]}
+    async with running(config, [call, DONE]) as (a, a_events), running(config, [DONE]) as (b, _):
+        session = await a.create_session()
+        await a.prompt(session.id, "go")
+        asked = await a_events.wait_for("permission.asked")
+        await trio.testing.wait_all_tasks_blocked()
+        # B takes the claim over, as it does once A's lease has run out (A is frozen, then thaws).
+        async with b.store.transaction() as tx:
+            assert tx.acquire_claim(session.id, b.instance_id, "now", takeover_from=a.instance_id) > 1
+        await a.reply_permission(session.id, asked.payload["request"]["id"], "once")
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(50):  # real time: a started shell writes its file within milliseconds
+            if marker.exists():
+                break
+            await trio.to_thread.run_sync(time.sleep, 0.02)
+        assert not marker.exists()
+        assert a_events.types()[-2:] == ["permission.asked", "permission.replied"]
+
+
+async def test_a_turn_being_resumed_is_not_taken_from_its_live_owner(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """C has claimed a suspended turn and not yet counted its resume: D's watch must leave it to C,
+    or the two could take it from each other for ever (model finding 4)."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    async with running(config, [SHELL_CALL, DONE]) as (a, a_events):
+        session = await a.create_session()
+        turn_id = await a.prompt(session.id, "go")
+        await a_events.wait_for("permission.asked")
+    async with running(config, [DONE]) as (c, c_events):
+        await c_events.wait_for("session.execution.resumed")
+        await c_events.wait_for("permission.asked", 2)
+        # C between its claim and its resume: the turn still reads suspended, the claim is C's.
+        async with c.store.transaction() as tx:
+            tx.set_turn_status(turn_id, "suspended")
+        claim = c.store.read.get_claim(session.id)
+        assert claim is not None and claim.owner == c.instance_id and claim.state == "held"
+        async with running(config, [DONE]):
+            await trio.sleep(5)  # D's start and several watch ticks of both
+            now = c.store.read.get_claim(session.id)
+            assert now is not None and (now.owner, now.epoch) == (c.instance_id, claim.epoch)
