@@ -78,6 +78,20 @@ class Coordinator:
         await self._durable()
         return self._runtime.store.read.list_sessions()
 
+    async def list_sessions_page(
+        self, *, limit: int, before: str | None = None
+    ) -> tuple[list[Session], bool]:
+        """Up to ``limit`` sessions, newest first, created before the session ``before`` (when given);
+        and whether older ones remain.
+
+        **Raises:** ``InvalidRequest`` when ``before`` names no session (the cursor must be a real id).
+        """
+        await self._durable()
+        page = self._runtime.store.read.session_page(limit + 1, before)
+        if page is None:
+            raise errors.InvalidRequest(message=f"query.before: no session {before!r}")
+        return page[:limit], len(page) > limit
+
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
         await self._durable()

@@ -135,7 +135,8 @@ def test_a_config_error_found_while_starting_exits_2(tmp_path: Path) -> None:
         (("serve", "--colour"), "--colour"),
         (("frobnicate",), "frobnicate"),
         (("events", "--after", "x"), "--after"),
-        ((), "COMMAND"),
+        (("reply", "ses_x", "per_x", "maybe"), "invalid choice: 'maybe'"),
+        (("prompt", "ses_x"), "TEXT"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
