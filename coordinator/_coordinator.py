@@ -84,12 +84,14 @@ class Coordinator:
         """Up to ``limit`` sessions, newest first, created before the session ``before`` (when given);
         and whether older ones remain.
 
-        **Raises:** ``InvalidRequest`` when ``before`` names no session (the cursor must be a real id).
+        **Raises:** ``SessionNotFound`` when ``before`` names no session (the cursor is a real id).
         """
         await self._durable()
         page = self._runtime.store.read.session_page(limit + 1, before)
         if page is None:
-            raise errors.InvalidRequest(message=f"query.before: no session {before!r}")
+            raise errors.SessionNotFound(
+                message=f"query.before: no session {before!r}", session_id=str(before)
+            )
         return page[:limit], len(page) > limit
 
     async def get_session(self, session_id: str) -> Session:
