@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
 import pytest
 import schemathesis
 import trio
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events
 
+from coordinator.client import CoordinatorClient
 from coordinator.server.serve import serve
-from tests.coordinator.server.harness import QUESTION_CALL, SHELL_CALL, server_config
+from tests.coordinator.server.harness import QUESTION_CALL, SHELL_CALL, EventLog, server_config
 from tests.model_server import Reply, Text, serve_model
 
 TOKEN = "schemathesis-token"
@@ -49,18 +49,17 @@ def _reply(index: int, body: dict[str, Any]) -> Reply:
 
 async def _prepare(url: str) -> Target:
     """Sessions with a pending permission request and a pending form, as a person would leave them."""
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
-        shell = (await http.post("/api/session", json={"title": "shell"})).json()["id"]
-        form = (await http.post("/api/session", json={"title": "form"})).json()["id"]
-        await http.post(f"/api/session/{shell}/prompt", json={"text": "run it"})
-        await http.post(f"/api/session/{form}/prompt", json={"text": "ask me"})
-        with trio.fail_after(15):
-            while not (requests := (await http.get(f"/api/session/{shell}/permission")).json()):
-                await trio.sleep(0.02)
-            while not (forms := (await http.get(f"/api/session/{form}/form")).json()):
-                await trio.sleep(0.02)
-    return Target(url=url, session_ids=[shell, form], request_id=requests[0]["id"], form_id=forms[0]["id"])
+    async with CoordinatorClient(url, TOKEN) as client, trio.open_nursery() as nursery:
+        log = EventLog()
+        nursery.start_soon(log.follow, client)
+        shell = await client.create_session(title="shell")
+        form = await client.create_session(title="form")
+        await client.prompt(shell.id, "run it")
+        await client.prompt(form.id, "ask me")
+        request = (await log.wait_for("permission.asked", shell.id))["request"]["id"]
+        form_id = (await log.wait_for("form.asked", form.id))["form"]["id"]
+        nursery.cancel_scope.cancel()
+    return Target(url=url, session_ids=[shell.id, form.id], request_id=request, form_id=form_id)
 
 
 @pytest.fixture(scope="module")
