@@ -242,7 +242,7 @@ def _events(args: argparse.Namespace) -> int:
     url, token = remote.server_of(args)
     args.url = url
     try:
-        _run_trio(_print_events, url, token, args.after, args.follow, args.session, args.deltas)
+        _run_trio(_print_events, url, token, args, args.session)
     except KeyboardInterrupt:
         return EXIT_OK
     except BrokenPipeError:  # the reader went away (`| head`): nothing more to print
@@ -258,13 +258,20 @@ def _events(args: argparse.Namespace) -> int:
 
 
 async def _print_events(
-    url: str, token: str | None, after: int, follow: bool, session_id: str | None, deltas: bool
+    url: str, token: str | None, args: argparse.Namespace, session_id: str | None
 ) -> None:
     from coordinator.client import CoordinatorClient
 
     async with CoordinatorClient(url, token) as client:
-        async for event in client.events(after=after, session_id=session_id, follow=follow, deltas=deltas):
-            print(json.dumps(event, ensure_ascii=False), flush=True)
+        stream = client.events(
+            after=args.after, session_id=session_id, follow=args.follow, deltas=args.deltas
+        )
+        # Cancelled, not broken out of, at --until: the stream's connection closes at once (client.events).
+        with trio.CancelScope() as found:
+            async for event in stream:
+                print(json.dumps(event, ensure_ascii=False), flush=True)
+                if event.get("type") == args.until:
+                    found.cancel()
 
 
 def _demo(args: argparse.Namespace) -> int:

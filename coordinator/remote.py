@@ -110,6 +110,11 @@ def add_event_options(events: argparse.ArgumentParser) -> None:
     events.add_argument(
         "--deltas", action="store_true", help="also print the model's text as it streams (session.text.delta)"
     )
+    events.add_argument(
+        "--until",
+        metavar="TYPE",
+        help="stop after the first event of this type (with --follow: wait for it), e.g. permission.asked",
+    )
 
 
 def server_of(args: argparse.Namespace) -> tuple[str, str | None]:
