@@ -78,6 +78,22 @@ class Coordinator:
         await self._durable()
         return self._runtime.store.read.list_sessions()
 
+    async def list_sessions_page(
+        self, *, limit: int, before: str | None = None
+    ) -> tuple[list[Session], bool]:
+        """Up to ``limit`` sessions, newest first, created before the session ``before`` (when given);
+        and whether older ones remain.
+
+        **Raises:** ``SessionNotFound`` when ``before`` names no session (the cursor is a real id).
+        """
+        await self._durable()
+        page = self._runtime.store.read.session_page(limit + 1, before)
+        if page is None:
+            raise errors.SessionNotFound(
+                message=f"query.before: no session {before!r}", session_id=str(before)
+            )
+        return page[:limit], len(page) > limit
+
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
         await self._durable()

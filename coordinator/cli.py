@@ -1,4 +1,5 @@
-"""The ``coordinator`` command line (contract section 1): serve, events, demo, chaos and bench.
+"""The ``coordinator`` command line (contract sections 1 and 14): serve, init, the commands that talk
+to a running server (``remote.py``), events, demo, chaos and bench.
 
 Exit codes: 0 on success and on a clean shutdown (SIGTERM, SIGINT), 1 when something failed at run
 time (the address is taken, the server cannot be reached), 2 on bad usage or a bad config file. Every
@@ -9,21 +10,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import importlib.resources
 import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
 import structlog
 import trio
 
+from coordinator import remote
 from coordinator.config import Config, apply_env, config_from
 from coordinator.errors import ClientError, ConfigError, StoreError
 from coordinator.logs import configure_logging
+from coordinator.server.edge import is_loopback
 
 log = structlog.get_logger()
 
@@ -33,6 +39,8 @@ EXIT_USAGE = 2
 
 DEFAULT_URL = "http://127.0.0.1:4096"
 
+EXAMPLE_CONFIG = "coordinator.example.toml"
+
 
 class _Parser(argparse.ArgumentParser):
     """Reports bad usage as a ``ConfigError`` so that ``main`` prints it on one line and exits 2."""
@@ -41,10 +49,29 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message, self.prog)
 
 
+DESCRIPTION = """\
+Runs agent sessions (turns, model steps, tool calls, permission waits) with typed stop reasons.
+
+a first look:
+  coordinator demo                          four short stories, printed as their event streams
+  coordinator init                          write coordinator.example.toml (a commented config)
+  coordinator serve --config coordinator.example.toml
+then, in another terminal:
+  coordinator sessions                      the sessions of the running server
+  coordinator prompt SID "run: echo hi"     start a turn; shell asks permission with that config
+  coordinator events --session SID          what happened, one JSON object a line
+  coordinator reply SID RID once            let the shell call run (RID: the request's id)
+
+`coordinator COMMAND --help` says more about each."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand; each sets ``run`` to the function that runs it."""
-    parser = _Parser(prog="coordinator", description="An execution coordinator for agent servers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(
+        prog="coordinator", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"coordinator {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the HTTP server until SIGTERM/SIGINT")
     serve.add_argument("--config", metavar="FILE", help="a TOML config file (contract section 2)")
@@ -53,13 +80,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", metavar="P", type=int, help="the port (0: any free one); overrides [server] port"
     )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback host without a token (anyone may drive it)",
+    )
     serve.set_defaults(run=_serve)
 
-    events = commands.add_parser("events", help="print a running server's events, one JSON object a line")
-    events.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
-    events.add_argument("--after", metavar="SEQ", type=int, default=0, help="start after this seq")
-    events.add_argument("--follow", action="store_true", help="keep streaming live events, reconnecting")
-    events.add_argument("--token", metavar="T", help="the bearer token (default: env COORDINATOR_TOKEN)")
+    init = commands.add_parser(
+        "init",
+        help=f"write the example config ({EXAMPLE_CONFIG}), every key commented",
+        description="Writes the shipped example config; edit it, then `coordinator serve --config FILE`.",
+    )
+    init.add_argument(
+        "path", metavar="PATH", nargs="?", default=EXAMPLE_CONFIG, help=f"(default {EXAMPLE_CONFIG})"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    init.set_defaults(run=_init)
+
+    remote.add_commands(commands)
+    events = commands.add_parser(
+        "events",
+        help="print a running server's events, one JSON object a line",
+        description="The stored events, then (with --follow) the live ones; --after SEQ skips the older.",
+    )
+    remote.add_event_options(events)
     events.set_defaults(run=_events)
 
     demo = commands.add_parser("demo", help="run the built-in scripted scenarios and print their events")
@@ -86,7 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 1 failed, 2 bad usage or config)."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:  # a bare `coordinator`: teach rather than complain
+            parser.print_help()
+            return EXIT_OK
         # The demo, chaos and bench print their own report; INFO lines would bury it.
         configure_logging(level=getattr(args, "log_level", logging.INFO))
         run: Callable[[argparse.Namespace], int] = args.run
@@ -103,6 +152,14 @@ def _complain(line: str) -> None:
 def _serve(args: argparse.Namespace) -> int:
     config = config_from(args.config, db=args.db, host=args.host, port=args.port)
     config = apply_env(config, os.environ)
+    host = config.server.host
+    if not is_loopback(host) and not config.server.token:
+        if not args.insecure:
+            raise ConfigError(
+                f"refusing to serve {host} without a token: anyone who can reach it could run its tools; "
+                "set [server] token (or COORDINATOR_TOKEN), or pass --insecure"
+            )
+        log.warning("serving_without_token", host=host)
     try:
         _run_trio(_serve_until_signal, config)
     except KeyboardInterrupt:  # SIGINT before the signal receiver was installed: still a clean stop
@@ -160,10 +217,32 @@ async def _force_exit_later(signals: AsyncIterator[int], deadline: float) -> Non
     os._exit(EXIT_FAILED)
 
 
-def _events(args: argparse.Namespace) -> int:
-    token = args.token or os.environ.get("COORDINATOR_TOKEN") or None
+def _init(args: argparse.Namespace) -> int:
+    target = Path(args.path)
+    if target.exists() and not args.force:
+        raise ConfigError("exists; pass --force to overwrite it", str(target))
+    text = importlib.resources.files("coordinator").joinpath(EXAMPLE_CONFIG).read_text(encoding="utf-8")
     try:
-        _run_trio(_print_events, args.url, token, args.after, args.follow)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _complain(f"{target}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    print(f"wrote {target}; start with: coordinator serve --config {target}", flush=True)
+    return EXIT_OK
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("coordinator")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _events(args: argparse.Namespace) -> int:
+    url, token = remote.server_of(args)
+    args.url = url
+    try:
+        _run_trio(_print_events, url, token, args, args.session)
     except KeyboardInterrupt:
         return EXIT_OK
     except BrokenPipeError:  # the reader went away (`| head`): nothing more to print
@@ -178,12 +257,21 @@ def _events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _print_events(url: str, token: str | None, after: int, follow: bool) -> None:
+async def _print_events(
+    url: str, token: str | None, args: argparse.Namespace, session_id: str | None
+) -> None:
     from coordinator.client import CoordinatorClient
 
     async with CoordinatorClient(url, token) as client:
-        async for event in client.events(after=after, follow=follow):
-            print(json.dumps(event, ensure_ascii=False), flush=True)
+        stream = client.events(
+            after=args.after, session_id=session_id, follow=args.follow, deltas=args.deltas
+        )
+        # Cancelled, not broken out of, at --until: the stream's connection closes at once (client.events).
+        with trio.CancelScope() as found:
+            async for event in stream:
+                print(json.dumps(event, ensure_ascii=False), flush=True)
+                if event.get("type") == args.until:
+                    found.cancel()
 
 
 def _demo(args: argparse.Namespace) -> int:

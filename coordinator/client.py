@@ -82,8 +82,11 @@ class CoordinatorClient:
         data = await self._call("POST", "/api/session", body=CreateSessionBody(title=title))
         return wire.structure(data, Session)  # type: ignore[no-any-return]
 
-    async def list_sessions(self) -> list[Session]:
-        return wire.structure(await self._call("GET", "/api/session"), list[Session])  # type: ignore[no-any-return]
+    async def list_sessions(self, limit: int | None = None, before: str | None = None) -> list[Session]:
+        """One page of sessions, newest first (the server's default page without ``limit``)."""
+        params = {k: str(v) for k, v in (("limit", limit), ("before", before)) if v is not None}
+        data = await self._call("GET", "/api/session", params=params or None)
+        return wire.structure(data, list[Session])  # type: ignore[no-any-return]
 
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
@@ -140,9 +143,12 @@ class CoordinatorClient:
         return wire.structure(data, Form)  # type: ignore[no-any-return]
 
     async def events(
-        self, after: int = 0, session_id: str | None = None, follow: bool = True
+        self, after: int = 0, session_id: str | None = None, follow: bool = True, *, deltas: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         """Every event after seq ``after`` as its JSON object (of one session, or all).
+
+        With ``deltas``, also the live ``session.text.delta`` events (``seq`` null; they never move
+        the resume point).
 
         Without ``follow``, ends after the events stored when it began. With it, streams live for
         ever: a dropped connection or a server restart is retried, resuming with ``Last-Event-ID``.
@@ -159,10 +165,12 @@ class CoordinatorClient:
         while True:
             try:
                 # The generator is closed by aclosing; consumers cancel rather than break (docstring).
-                async with contextlib.aclosing(self._stream_once(path, last, follow)) as stream:
+                async with contextlib.aclosing(self._stream_once(path, last, follow, deltas)) as stream:
                     async for event in stream:
                         yield event  # noqa: ASYNC119 (closed by aclosing; consumers cancel, never break)
-                        last = int(event["seq"])
+                        seq = event.get("seq")
+                        if isinstance(seq, int):  # a delta or a stream.truncated frame has none
+                            last = seq
                         delay = RECONNECT_FIRST
                 if not follow:
                     return
@@ -173,9 +181,13 @@ class CoordinatorClient:
             await trio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX)
 
-    async def _stream_once(self, path: str, after: int, follow: bool) -> AsyncGenerator[dict[str, Any], None]:
+    async def _stream_once(
+        self, path: str, after: int, follow: bool, deltas: bool
+    ) -> AsyncGenerator[dict[str, Any], None]:
         headers = {"Last-Event-ID": str(after)} if after else {}
         params = {"after": str(after), "follow": "true" if follow else "false"}
+        if deltas:
+            params["deltas"] = "true"
         timeout = httpx.Timeout(self._timeout, read=STREAM_READ_TIMEOUT if follow else self._timeout)
         async with self._client().stream(
             "GET", path, params=params, headers=headers, timeout=timeout

@@ -29,6 +29,10 @@ class ServerConfig:
     lease: float = 15
     max_resumes: int = 5
     shutdown_grace: float = 10
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (``agents.example.com``) answered besides the loopback ones (contract section 10)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins (``https://app.example.com``) whose web pages may call the API, with CORS headers."""
 
 
 @attrs.frozen(kw_only=True)
@@ -263,6 +267,8 @@ def _check_value(value: Any, hint: Any, bound: _Bound | None, where: str) -> Any
         if not isinstance(value, str) or value not in words:
             raise ConfigError(f"expected one of {', '.join(words)}, got {_describe(value)}", where)
         return value
+    if typing.get_origin(hint) is tuple:
+        return _check_words(value, where)
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"expected a string, got {_describe(value)}", where)
@@ -279,6 +285,16 @@ def _check_value(value: Any, hint: Any, bound: _Bound | None, where: str) -> Any
         range_words = f" {bound.words}" if bound is not None else ""
         raise ConfigError(f"expected {noun}{range_words}, got {_describe(value)}", where)
     return value if hint is int else float(value)
+
+
+def _check_words(value: Any, where: str) -> tuple[str, ...]:
+    """An array of non-empty strings, as a tuple (``allowed_hosts``, ``cors_origins``)."""
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"expected an array of strings, got {_describe(value)}", where)
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f"expected a non-empty string, got {_describe(item)}", f"{where}[{index}]")
+    return tuple(value)
 
 
 def _describe(value: Any) -> str:

@@ -16,7 +16,7 @@ from actors.context import Runtime
 from coordinator import errors, events, permissions
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
-from coordinator.records import Form, PermissionRequest, Session
+from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
 from coordinator.store import SqliteTx
 from coordinator.store.sqlite import now_rfc3339
 
@@ -25,10 +25,12 @@ log = structlog.get_logger()
 DECISIONS = ("once", "always", "reject")
 
 
-def _text(value: object, what: str, *, empty_ok: bool) -> str:
+def _text(value: object, what: str, *, empty_ok: bool, limit: int = MAX_TEXT) -> str:
     """``value`` as text the store can keep (UTF-8: no lone surrogates). **Raises:** ``InvalidRequest``."""
     if not isinstance(value, str) or (not empty_ok and not value.strip()):
         raise errors.InvalidRequest(message=f"{what} must be a {'' if empty_ok else 'non-empty '}string")
+    if len(value) > limit:
+        raise errors.InvalidRequest(message=f"{what}: longer than {limit} characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -37,7 +39,7 @@ def _text(value: object, what: str, *, empty_ok: bool) -> str:
 
 
 async def create_session(runtime: Runtime, title: str) -> Session:
-    title = _text(title, "title", empty_ok=True)
+    title = _text(title, "title", empty_ok=True, limit=MAX_TITLE)
     session_id = new_id("ses")
     async with runtime.store.transaction() as tx:
         tx.insert_session(session_id, title, now_rfc3339())

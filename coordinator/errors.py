@@ -6,6 +6,11 @@
     ├── ClientError                      reaches a client; has ``name`` and ``status``
     │   ├── InvalidRequest               400: malformed input
     │   ├── Unauthorized                 401: missing or wrong bearer token
+    │   ├── ForbiddenOrigin              403: a web page of another origin sent the request
+    │   ├── RouteNotFound                404: no route has this path
+    │   ├── MethodNotAllowed             405: the path has no route for this method
+    │   ├── UnsupportedMediaType         415: a body that is not application/json
+    │   ├── MisdirectedRequest           421: a Host header this server does not answer to
     │   ├── SessionNotFound              404
     │   ├── PermissionNotFound           404: request id never issued in this session
     │   ├── FormNotFound                 404: form id never issued in this session
@@ -75,6 +80,59 @@ class Unauthorized(ClientError):
 
     name: ClassVar[str] = "Unauthorized"
     status: ClassVar[int] = 401
+
+
+@attrs.define(eq=False)
+class ForbiddenOrigin(ClientError):
+    """The request carries an ``Origin`` that is neither the server's own nor in ``[server] cors_origins``.
+
+    A web page the user happens to visit must never drive the local server (contract section 10).
+    """
+
+    name: ClassVar[str] = "ForbiddenOrigin"
+    status: ClassVar[int] = 403
+
+    origin: str = ""
+
+
+@attrs.define(eq=False)
+class RouteNotFound(ClientError):
+    """No route has this path (a session id is not found: that is ``SessionNotFound``)."""
+
+    name: ClassVar[str] = "RouteNotFound"
+    status: ClassVar[int] = 404
+
+
+@attrs.define(eq=False)
+class MethodNotAllowed(ClientError):
+    """The path exists, but not with this method; the response's ``Allow`` header lists its methods."""
+
+    name: ClassVar[str] = "MethodNotAllowed"
+    status: ClassVar[int] = 405
+
+
+@attrs.define(eq=False)
+class UnsupportedMediaType(ClientError):
+    """A request body without ``Content-Type: application/json``.
+
+    Refused before it is read: a cross-site form post (``text/plain``) needs no preflight.
+    """
+
+    name: ClassVar[str] = "UnsupportedMediaType"
+    status: ClassVar[int] = 415
+
+
+@attrs.define(eq=False)
+class MisdirectedRequest(ClientError):
+    """The ``Host`` header names neither a loopback address nor one of ``[server] allowed_hosts``.
+
+    This is what a DNS rebinding attack sends; differs from ``ForbiddenOrigin``, which judges the page.
+    """
+
+    name: ClassVar[str] = "MisdirectedRequest"
+    status: ClassVar[int] = 421
+
+    host: str = ""
 
 
 @attrs.define(eq=False)

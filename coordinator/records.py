@@ -15,6 +15,12 @@ PermissionStatus = Literal["pending", "replied", "revoked"]
 FormStatus = Literal["pending", "submitted", "cancelled", "revoked"]
 Effect = Literal["allow", "ask", "deny"]
 
+MAX_TITLE = 200
+"""Characters in a session title at most (contract section 10)."""
+
+MAX_TEXT = 1 << 20
+"""Characters in a prompt (and a reply's message) at most: 1 MiB of ASCII."""
+
 
 @attrs.frozen
 class ClaimView:

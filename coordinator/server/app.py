@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 from coordinator import errors, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
-from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.records import MAX_TEXT, Form, Message, PermissionRequest, Session
 from coordinator.server import sse
 from coordinator.server.auth import BearerAuth
 from coordinator.server.bodies import (
@@ -29,6 +29,7 @@ from coordinator.server.bodies import (
     ReplyResult,
     read_body,
 )
+from coordinator.server.edge import Edge, EdgePolicy
 from coordinator.server.errors import ErrorBoundary, handle_client_error, handle_http_error
 from coordinator.server.openapi import Operation, Parameter, openapi_document
 
@@ -36,16 +37,60 @@ from coordinator.server.openapi import Operation, Parameter, openapi_document
 def build_app(
     coordinator: Coordinator, config: Config, *, keepalive: float = sse.KEEPALIVE_SECONDS
 ) -> Starlette:
-    """The API over ``coordinator``; ``config`` gives the token; ``keepalive`` paces SSE comments."""
+    """The API over ``coordinator``; ``config`` gives the token and the edge policy; ``keepalive``
+    paces SSE comments.
+
+    The edge checks (Host, Origin, Content-Type) run first, then the token, then the routes: one
+    route a path, so that a wrong method's 405 lists every method of the path.
+    """
+    server = config.server
+    policy = EdgePolicy.of(server.allowed_hosts, server.cors_origins, server.host)
     app = Starlette(
-        routes=[Route(op.path, op.endpoint, methods=[op.method], name=op.name) for op in OPERATIONS],
-        middleware=[Middleware(ErrorBoundary), Middleware(BearerAuth, token=config.server.token)],
+        routes=routes_of(OPERATIONS),
+        middleware=[
+            Middleware(ErrorBoundary),
+            Middleware(Edge, policy=policy),
+            Middleware(BearerAuth, token=server.token),
+        ],
         exception_handlers={errors.ClientError: handle_client_error, HTTPException: handle_http_error},
     )
+    # A path the API does not know (`/api/session/%2F` among them) is its JSON 404, never a redirect.
+    app.router.redirect_slashes = False
     app.state.coordinator = coordinator
     app.state.keepalive = keepalive
-    app.state.openapi = openapi_document(OPERATIONS)
+    app.state.openapi = openapi_document(OPERATIONS, secured=bool(server.token))
     return app
+
+
+def routes_of(operations: tuple[Operation, ...]) -> list[Route]:
+    """One Starlette route a path, dispatching by method to its operations.
+
+    HEAD is answered like GET, except on event streams, which never end.
+    """
+    by_path: dict[str, dict[str, Operation]] = {}
+    for op in operations:
+        by_path.setdefault(op.path, {})[op.method] = op
+    routes = []
+    for path, methods in by_path.items():
+        route = Route(path, _dispatcher(methods), methods=list(methods), name=path)
+        if route.methods is not None and any(op.stream for op in methods.values()):
+            route.methods.discard("HEAD")
+        routes.append(route)
+    return routes
+
+
+def _dispatcher(methods: dict[str, Operation]) -> Any:
+    async def dispatch(request: Request) -> Any:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await methods[method].endpoint(request)
+
+    return dispatch
+
+
+DEFAULT_PAGE = 100
+"""Sessions in one page of ``GET /api/session`` when ``?limit=`` is not given."""
+
+MAX_PAGE = 1000
 
 
 def _coordinator(request: Request) -> Coordinator:
@@ -82,7 +127,9 @@ async def health(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    return JSONResponse(request.app.state.openapi)
+    # The server's URL as this client reached it (its Host already passed the edge).
+    server_url = str(request.base_url).rstrip("/")
+    return JSONResponse({**request.app.state.openapi, "servers": [{"url": server_url}]})
 
 
 async def create_session(request: Request) -> Response:
@@ -91,7 +138,26 @@ async def create_session(request: Request) -> Response:
 
 
 async def list_sessions(request: Request) -> Response:
-    return _json(await _coordinator(request).list_sessions())
+    limit = _limit_query(request)
+    before = request.query_params.get("before") or None
+    page, more = await _coordinator(request).list_sessions_page(limit=limit, before=before)
+    response = _json(page)
+    if more:
+        following = request.url.include_query_params(limit=limit, before=page[-1].id)
+        response.headers["Link"] = f'<{following}>; rel="next"'
+    return response
+
+
+def _limit_query(request: Request) -> int:
+    text = request.query_params.get("limit")
+    if text is None:
+        return DEFAULT_PAGE
+    value = sse.parse_seq(text)
+    if value is None or not 1 <= value <= MAX_PAGE:
+        raise errors.InvalidRequest(
+            message=f"query.limit: expected an integer from 1 to {MAX_PAGE}, got {text[:40]!r}"
+        )
+    return value
 
 
 async def get_session(request: Request) -> Response:
@@ -143,6 +209,8 @@ async def submit_form(request: Request) -> Response:
 
 async def dismiss_form(request: Request) -> Response:
     message = request.query_params.get("message") or None
+    if message is not None and len(message) > MAX_TEXT:
+        raise errors.InvalidRequest(message=f"query.message: longer than {MAX_TEXT} characters")
     form = await _coordinator(request).dismiss_form(
         request.path_params["sid"], request.path_params["fid"], message
     )
@@ -159,6 +227,9 @@ async def session_events(request: Request) -> ASGIApp:
 
 
 def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStream:
+    # TODO(#13, #16): stream deltas and descendants; until then the flags are checked, not refused.
+    _bool_query(request, "deltas", False)
+    _bool_query(request, "descendants", False)
     return sse.EventStream(
         coordinator=_coordinator(request),
         after=sse.resume_point(_int_query(request, "after"), request.headers.get("last-event-id")),
@@ -170,8 +241,15 @@ def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStrea
 
 _SESSION = (errors.SessionNotFound,)
 _CLOSED = (errors.CoordinatorClosed,)
+_SEQ = {"minimum": 0, "maximum": sse.MAX_SEQ}
 _EVENT_PARAMETERS = (
-    Parameter(name="after", where="query", hint=int, description="stream the events with a larger seq"),
+    Parameter(
+        name="after",
+        where="query",
+        hint=int,
+        constraints=_SEQ,
+        description="stream the events with a larger seq",
+    ),
     Parameter(
         name="follow",
         where="query",
@@ -179,12 +257,40 @@ _EVENT_PARAMETERS = (
         description="true (default): replay, then stream live; false: end after the stored events",
     ),
     Parameter(
+        name="deltas",
+        where="query",
+        hint=bool,
+        description="also stream `session.text.delta` frames (live only, no id) as the model writes",
+    ),
+    Parameter(
+        name="descendants",
+        where="query",
+        hint=bool,
+        description="also stream the events of the session's sub-agent sessions",
+    ),
+    Parameter(
         name="Last-Event-ID",
         where="header",
         hint=str,
-        description="resume after this seq (the larger of it and `after` wins)",
+        description="resume after this seq (the larger of it and `after` wins; a malformed one is ignored)",
     ),
 )
+_PAGE_PARAMETERS = (
+    Parameter(
+        name="limit",
+        where="query",
+        hint=int,
+        constraints={"minimum": 1, "maximum": MAX_PAGE},
+        description=f"sessions in this page (default {DEFAULT_PAGE})",
+    ),
+    Parameter(
+        name="before",
+        where="query",
+        hint=str,
+        description="the sessions created before this one (the last id of the previous page)",
+    ),
+)
+_NEXT_PAGE = {"Link": '`<URL>; rel="next"`: the next page, when there is one'}
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(method="GET", path="/health", name="health", summary="The server is up",
@@ -194,8 +300,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="POST", path="/api/session", name="create_session", summary="Create a session",
               endpoint=create_session, status=201, body=CreateSessionBody, body_optional=True,
               response=Session, errors=_CLOSED),
-    Operation(method="GET", path="/api/session", name="list_sessions", summary="Every session",
-              endpoint=list_sessions, response=list[Session]),
+    Operation(method="GET", path="/api/session", name="list_sessions",
+              summary="The sessions, newest first, a page at a time", endpoint=list_sessions,
+              response=list[Session], parameters=_PAGE_PARAMETERS, headers=_NEXT_PAGE,
+              errors=_SESSION),
     Operation(method="GET", path="/api/session/{sid}", name="get_session", summary="One session",
               endpoint=get_session, response=Session, errors=_SESSION),
     Operation(method="POST", path="/api/session/{sid}/prompt", name="prompt",
@@ -221,12 +329,14 @@ OPERATIONS: tuple[Operation, ...] = (
               summary="The session's pending question forms", endpoint=session_forms,
               response=list[Form], errors=_SESSION),
     Operation(method="POST", path="/api/session/{sid}/form/{fid}", name="submit_form",
-              summary="Answer a question form", endpoint=submit_form, body=FormAnswersBody,
+              summary="Answer a question form (every question, by id; 400 otherwise)", endpoint=submit_form,
+              body=FormAnswersBody,
               response=Form, errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
     Operation(method="DELETE", path="/api/session/{sid}/form/{fid}", name="dismiss_form",
               summary="Dismiss a form: a declined stop, or feedback when ?message= is given",
               endpoint=dismiss_form, response=Form,
               parameters=(Parameter(name="message", where="query", hint=str,
+                                    constraints={"maxLength": MAX_TEXT},
                                     description="feedback for the model; the turn goes on"),),
               errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
     Operation(method="GET", path="/api/event", name="events", summary="Every event, replayed then live",

@@ -17,11 +17,12 @@ from starlette.requests import ClientDisconnect, Request
 
 from coordinator import wire
 from coordinator.errors import InvalidRequest
-from coordinator.records import Decision, PermissionRequest
+from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, PermissionRequest
 from coordinator.server.schema import SchemaBuilder, Validator
 
-MAX_BODY_BYTES = 1 << 20
-"""The largest request body accepted (1 MiB); a larger one is an ``InvalidRequest``."""
+MAX_BODY_BYTES = 4 << 20
+"""The largest request body accepted (4 MiB: room for a text of ``MAX_TEXT`` characters, escaped);
+a larger one is an ``InvalidRequest``."""
 
 DRAIN_BYTES = 8 << 20
 """How much of an oversized body is read and dropped before the error is sent."""
@@ -31,14 +32,23 @@ DRAIN_BYTES = 8 << 20
 class CreateSessionBody:
     """``POST /api/session``: an optional title; an empty body means no title."""
 
-    title: str = ""
+    title: str = attrs.field(default="", metadata={"schema": {"maxLength": MAX_TITLE}})
 
 
 @attrs.frozen(kw_only=True)
 class PromptBody:
     """``POST /api/session/{sid}/prompt``: the text of the prompt (not empty)."""
 
-    text: str
+    text: str = attrs.field(
+        metadata={
+            "schema": {
+                "minLength": 1,
+                "maxLength": MAX_TEXT,
+                "pattern": r"\S",
+                "description": "the prompt; not empty nor only white space",
+            }
+        }
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -46,7 +56,7 @@ class ReplyBody:
     """``POST .../permission/{rid}/reply``: a decision; ``reject`` with a message is feedback, not a stop."""
 
     decision: Decision
-    message: str | None = None
+    message: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_TEXT}})
 
 
 @attrs.frozen(kw_only=True)
@@ -99,18 +109,6 @@ class ErrorBody:
     """Every error response: ``{"error": {"name", "message", ...details}}``."""
 
     error: ErrorDetail
-
-
-@attrs.frozen(kw_only=True)
-class EventEnvelope:
-    """One event of the stream: these keys, plus the payload keys of its type (contract section 5)."""
-
-    schema_open: ClassVar[bool] = True
-
-    seq: int
-    type: str
-    session_id: str | None
-    at: str
 
 
 REQUEST_BODIES: tuple[type[Any], ...] = (CreateSessionBody, PromptBody, ReplyBody, FormAnswersBody)
@@ -201,4 +199,4 @@ async def _read_limited(request: Request) -> bytes:
 
 
 def _too_large() -> InvalidRequest:
-    return InvalidRequest(message=f"body: larger than the limit of {MAX_BODY_BYTES} bytes (1 MiB)")
+    return InvalidRequest(message=f"body: larger than the limit of {MAX_BODY_BYTES} bytes (4 MiB)")

@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.errors import ClientError, InternalError, Unauthorized
+from coordinator.errors import ClientError, InternalError, MethodNotAllowed, RouteNotFound, Unauthorized
 
 log = structlog.get_logger()
 
 # Starlette's router raises HTTPException for these; the contract's errors are ClientErrors.
-_ROUTING_NAMES = {404: "RouteNotFound", 405: "MethodNotAllowed"}
+_ROUTING_ERRORS: dict[int, type[ClientError]] = {404: RouteNotFound, 405: MethodNotAllowed}
 
 
 class ErrorJSONResponse(JSONResponse):
@@ -56,9 +56,15 @@ async def handle_client_error(request: Request, exc: Exception) -> JSONResponse:
 async def handle_http_error(request: Request, exc: Exception) -> JSONResponse:
     """Starlette exception handler for its routing errors (404 no route, 405 wrong method)."""
     assert isinstance(exc, HTTPException)
-    name = _ROUTING_NAMES.get(exc.status_code, "HTTPError")
     message = f"{request.method} {request.url.path}: {exc.detail}"
-    return error_response(name, exc.status_code, message, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if "Allow" in headers:  # Starlette joins a set: sorted, the header reads the same every time
+        headers["Allow"] = ", ".join(sorted(method.strip() for method in headers["Allow"].split(",")))
+    cls = _ROUTING_ERRORS.get(exc.status_code)
+    if cls is None:
+        return error_response("HTTPError", exc.status_code, message, headers=headers)
+    error = cls(message=message)
+    return error_response(error.name, error.status, message, headers=headers)
 
 
 class ErrorBoundary:

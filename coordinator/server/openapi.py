@@ -16,8 +16,17 @@ import attrs
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
-from coordinator.errors import ClientError, InternalError, InvalidRequest, Unauthorized
-from coordinator.server.bodies import EventEnvelope
+from coordinator.errors import (
+    ClientError,
+    ForbiddenOrigin,
+    InternalError,
+    InvalidRequest,
+    MisdirectedRequest,
+    RouteNotFound,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+from coordinator.server.event_schemas import sse_frame_schema
 from coordinator.server.schema import Schema, SchemaBuilder
 
 JSON = "application/json"
@@ -33,6 +42,8 @@ class Parameter:
     where: str  # "query" | "header"
     hint: Any
     description: str
+    constraints: dict[str, Any] = attrs.Factory(dict)
+    """Schema keywords the server enforces on the value (``minimum``, ``maxLength``...)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -53,14 +64,25 @@ class Operation:
     parameters: tuple[Parameter, ...] = ()
     open: bool = False
     """Needs no token (``/health``, ``/openapi.json``)."""
+    headers: dict[str, str] = attrs.Factory(dict)
+    """Response headers of a success beyond the usual ones, with what each says (``Link``)."""
 
 
-def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``operations``, with every schema under ``components``."""
+def openapi_document(operations: Sequence[Operation], *, secured: bool) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``operations``, with every schema under ``components``.
+
+    ``secured``: a token is configured, so the ``/api`` routes require the bearer scheme. The
+    ``servers`` entry is the caller's to add (the URL a client reached, known per request).
+    """
     builder = SchemaBuilder()
     paths: dict[str, dict[str, Any]] = {}
     for operation in operations:
-        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(operation, builder)
+        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(
+            operation, builder, secured
+        )
+    components: dict[str, Any] = {"schemas": dict(sorted(builder.components.items()))}
+    if secured:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -69,14 +91,11 @@ def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
             "description": "Runs agent sessions; every stop carries a typed reason (see the events).",
         },
         "paths": paths,
-        "components": {
-            "schemas": dict(sorted(builder.components.items())),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
+        "components": components,
     }
 
 
-def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
+def _operation(operation: Operation, builder: SchemaBuilder, secured: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {"operationId": operation.name, "summary": operation.summary}
     parameters = [_path_parameter(name) for name in re.findall(r"{(\w+)}", operation.path)]
     parameters += [_parameter(p, builder) for p in operation.parameters]
@@ -87,14 +106,16 @@ def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
             "required": not operation.body_optional,
             "content": {JSON: {"schema": builder.of(operation.body)}},
         }
-    if not operation.open:
+    if secured and not operation.open:
         doc["security"] = [{"bearer": []}]
-    doc["responses"] = _responses(operation, builder)
+    doc["responses"] = _responses(operation, builder, secured)
     return doc
 
 
 def _path_parameter(name: str) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+    # An id holds no "/" once decoded (the path would name another route) and is not empty.
+    schema = {"type": "string", "minLength": 1, "pattern": "^[^/]+$"}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def _parameter(parameter: Parameter, builder: SchemaBuilder) -> dict[str, Any]:
@@ -103,22 +124,25 @@ def _parameter(parameter: Parameter, builder: SchemaBuilder) -> dict[str, Any]:
         "in": parameter.where,
         "required": False,
         "description": parameter.description,
-        "schema": builder.of(parameter.hint),
+        "schema": {**builder.of(parameter.hint), **parameter.constraints},
     }
 
 
-def _responses(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
+def _responses(operation: Operation, builder: SchemaBuilder, secured: bool) -> dict[str, Any]:
     success: dict[str, Any] = {"description": operation.summary}
     if operation.stream:
-        success["description"] += (
-            "; text/event-stream, each event `id: SEQ`, `event: TYPE`, `data: JSON` (this schema)"
-        )
-        success["content"] = {"text/event-stream": {"schema": builder.of(EventEnvelope)}}
+        success["description"] += "; text/event-stream, a frame an event (the schema of one frame)"
+        success["content"] = {"text/event-stream": {"schema": sse_frame_schema(builder)}}
     elif operation.response is not None:
         success["content"] = {JSON: {"schema": builder.of(operation.response)}}
+    if operation.headers:
+        success["headers"] = {
+            name: {"description": words, "schema": {"type": "string"}}
+            for name, words in operation.headers.items()
+        }
     responses: dict[str, Any] = {str(operation.status): success}
     by_status: dict[int, list[type[ClientError]]] = {}
-    for error in _errors_of(operation):
+    for error in _errors_of(operation, secured):
         by_status.setdefault(error.status, []).append(error)
     for status, classes in sorted(by_status.items()):
         schemas = [_error_ref(cls, builder) for cls in classes]
@@ -128,12 +152,18 @@ def _responses(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
     return responses
 
 
-def _errors_of(operation: Operation) -> list[type[ClientError]]:
+def _errors_of(operation: Operation, secured: bool) -> list[type[ClientError]]:
+    """The operation's own errors, and those of the edge every request passes (``edge.py``)."""
     errors = list(operation.errors)
     if operation.body is not None or operation.parameters:
         errors.insert(0, InvalidRequest)
-    if not operation.open:
+    if "{" in operation.path:
+        errors.append(RouteNotFound)  # an id that decodes to "" or holds "/" names no route
+    if secured and not operation.open:
         errors.append(Unauthorized)
+    errors += [ForbiddenOrigin, MisdirectedRequest]
+    if operation.method != "GET":
+        errors.append(UnsupportedMediaType)
     errors.append(InternalError)
     return list(dict.fromkeys(errors))
 

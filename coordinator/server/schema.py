@@ -8,6 +8,7 @@ keywords the builder emits.
 from __future__ import annotations
 
 import collections.abc
+import re
 import types
 import typing
 from pathlib import Path
@@ -84,7 +85,8 @@ class SchemaBuilder:
             properties[tag_key] = {"const": tag}
             required.append(tag_key)
         for name, field in fields.items():
-            properties[name] = self.of(hints[name])
+            # A field's own constraints (``maxLength``...) are enforced by ``Validator`` and documented.
+            properties[name] = {**self.of(hints[name]), **field.metadata.get("schema", {})}
             if field.default is attrs.NOTHING:
                 required.append(name)
         schema: Schema = {
@@ -133,7 +135,8 @@ class Validator:
         if "$ref" in schema:
             return self.problem(value, self.components[schema["$ref"].removeprefix(REF_PREFIX)], path)
         if "anyOf" in schema:
-            return self._any_of(value, schema["anyOf"], path)
+            problem = self._any_of(value, schema["anyOf"], path)
+            return problem if problem is not None else self._bounds(value, schema, path)
         if "const" in schema and value != schema["const"]:
             return f"{path}: expected {_show(schema['const'])}, got {_show(value)}"
         if "enum" in schema and (not _is_word(value) or value not in schema["enum"]):
@@ -142,12 +145,31 @@ class Validator:
         kind = schema.get("type")
         if kind is not None and not _has_type(value, kind):
             return f"{path}: expected {self._TYPES[kind]}, got {_show(value)}"
+        bounded = self._bounds(value, schema, path)
+        if bounded is not None:
+            return bounded
         if kind == "object":
             return self._object(value, schema, path)
         if kind == "array":
             items = schema.get("items", {})
             found = (self.problem(item, items, f"{path}[{i}]") for i, item in enumerate(value))
             return next((p for p in found if p is not None), None)
+        return None
+
+    def _bounds(self, value: Any, schema: Schema, path: str) -> str | None:
+        """Lengths and patterns of strings, minima and maxima of numbers."""
+        if isinstance(value, str):
+            if len(value) < schema.get("minLength", 0):
+                return f"{path}: shorter than {schema['minLength']} characters"
+            if "maxLength" in schema and len(value) > schema["maxLength"]:
+                return f"{path}: longer than {schema['maxLength']} characters"
+            if "pattern" in schema and re.search(schema["pattern"], value) is None:
+                return f"{path}: {schema.get('description', 'does not match ' + schema['pattern'])}"
+        elif _has_type(value, "number"):
+            if "minimum" in schema and value < schema["minimum"]:
+                return f"{path}: expected {schema['minimum']} or more, got {_show(value)}"
+            if "maximum" in schema and value > schema["maximum"]:
+                return f"{path}: expected {schema['maximum']} or less, got {_show(value)}"
         return None
 
     def _object(self, value: dict[str, Any], schema: Schema, path: str) -> str | None:

@@ -159,4 +159,10 @@ def _v2(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE tool_calls ADD COLUMN process_group TEXT")
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2]
+def _v3(db: apsw.Connection) -> None:
+    # `GET /api/session` pages newest first by `ord`, and every new session reads MAX(ord): both
+    # were scans of the whole table.
+    db.execute("CREATE INDEX sessions_by_ord ON sessions(ord)")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3]

@@ -134,6 +134,19 @@ class Queries:
     def list_sessions(self) -> list[Session]:
         return [_session_from_row(r) for r in self._all(_SESSION_SELECT + " ORDER BY s.ord")]
 
+    def session_page(self, limit: int, before: str | None) -> list[Session] | None:
+        """At most ``limit`` sessions, newest first, older than ``before``; None if ``before`` is unknown."""
+        if before is None:
+            rows = self._all(_SESSION_SELECT + " ORDER BY s.ord DESC LIMIT ?", (limit,))
+        else:
+            cursor = self._one("SELECT ord FROM sessions WHERE id = ?", (before,))
+            if cursor is None:
+                return None
+            rows = self._all(
+                _SESSION_SELECT + " WHERE s.ord < ? ORDER BY s.ord DESC LIMIT ?", (cursor[0], limit)
+            )
+        return [_session_from_row(r) for r in rows]
+
     def set_last_outcome(self, session_id: str, outcome: str) -> None:
         self.db.execute("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
 

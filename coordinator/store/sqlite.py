@@ -258,6 +258,20 @@ def _connect(path: str, synchronous: str) -> apsw.Connection:
     return db
 
 
+def _check_integrity(db: apsw.Connection) -> None:
+    """Refuse a damaged database at open, before anything reads it.
+
+    ``quick_check`` reads every page (0.27 s for a 480 MB file, warm: design/store.md), so a corrupt
+    page anywhere, in a table the start would not touch too, is one clear error now rather than a
+    failure in the middle of some later turn.
+
+    **Raises:** ``StoreError`` with SQLite's first complaint.
+    """
+    problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)").fetchall()]
+    if problems != ["ok"]:
+        raise errors.StoreError(f"CorruptError: the database is damaged ({'; '.join(problems)})")
+
+
 def _migrate(db: apsw.Connection) -> None:
     with db:
         version = int(str(db.execute("PRAGMA user_version").fetchall()[0][0]))
@@ -283,7 +297,13 @@ def open_sqlite_store(path: str, *, synchronous: str = "full") -> Iterator[Sqlit
         raise ValueError(f"synchronous must be full, normal or off, not {synchronous!r}")
     with map_apsw_errors():
         db = _connect(path, synchronous)
-        _migrate(db)
+        try:
+            if path != ":memory:":
+                _check_integrity(db)
+            _migrate(db)
+        except BaseException:
+            db.close()
+            raise
     store = SqliteStore(db, path, synchronous)
     try:
         yield store

@@ -14,9 +14,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import attrs
 import httpx
 import pytest
+
+from coordinator.config import load_config
+from coordinator.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0
@@ -135,7 +139,8 @@ def test_a_config_error_found_while_starting_exits_2(tmp_path: Path) -> None:
         (("serve", "--colour"), "--colour"),
         (("frobnicate",), "frobnicate"),
         (("events", "--after", "x"), "--after"),
-        ((), "COMMAND"),
+        (("reply", "ses_x", "per_x", "maybe"), "invalid choice: 'maybe'"),
+        (("prompt", "ses_x"), "TEXT"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
@@ -206,3 +211,82 @@ def test_events_follow_prints_live_events_and_the_token_comes_from_the_environme
             follower.stdout.close()
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=DEADLINE) == 0
+
+
+def test_version_and_a_bare_command_teach_instead_of_failing(tmp_path: Path) -> None:
+    """A newcomer's first two tries: both must answer, not print an error."""
+    version = run_cli(tmp_path, "--version")
+    assert (version.returncode, version.stdout.strip()) == (0, "coordinator 0.1.0")
+    bare = run_cli(tmp_path)
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert bare.stdout.startswith("usage: coordinator")
+    for command in ("serve", "init", "sessions", "prompt", "reply", "interrupt", "events", "demo"):
+        assert command in bare.stdout, command
+
+
+def test_init_writes_the_shipped_example_and_refuses_to_overwrite_it(tmp_path: Path) -> None:
+    """The example must be a config the server accepts, and init must never clobber a user's edits."""
+    shipped = (REPO / "coordinator" / "coordinator.example.toml").read_text()
+    written = run_cli(tmp_path, "init")
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "coordinator.example.toml").read_text() == shipped
+    config = load_config(tmp_path / "coordinator.example.toml")
+    assert (config.server.host, config.server.port, config.model.provider) == ("127.0.0.1", 4096, "scripted")
+    assert [(r.action, r.effect) for r in config.permission] == [("*", "allow"), ("shell", "ask")]
+    (tmp_path / "coordinator.example.toml").write_text("# mine\n")
+    refused = run_cli(tmp_path, "init")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert "coordinator.example.toml: exists; pass --force" in refused.stderr
+    assert (tmp_path / "coordinator.example.toml").read_text() == "# mine\n"
+    forced = run_cli(tmp_path, "init", "--force")
+    assert forced.returncode == 0 and (tmp_path / "coordinator.example.toml").read_text() == shipped
+    assert run_cli(tmp_path, "init", "coordinator.toml").returncode == 0
+    assert (tmp_path / "coordinator.toml").read_text() == shipped
+
+
+def test_serve_refuses_a_non_loopback_host_without_a_token(tmp_path: Path) -> None:
+    """Anyone who reaches a tokenless server on the network could run its shell tool: refuse it."""
+    refused = run_cli(tmp_path, "serve", "--host", "0.0.0.0", "--db", "db.sqlite")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "refusing to serve 0.0.0.0 without a token" in refused.stderr and "--insecure" in refused.stderr
+    assert not (tmp_path / "db.sqlite").exists()
+    # 203.0.113.1 (TEST-NET-3) is no address of this machine: getting as far as binding it shows that the
+    # token check let the start go on, and no socket is ever opened.
+    for args, env in ((("--insecure",), {}), ((), {"COORDINATOR_TOKEN": "s3cret"})):
+        started = run_cli(tmp_path, "serve", "--host", "203.0.113.1", "--db", "db.sqlite", *args, **env)
+        assert started.returncode == 1, started.stderr
+        assert "cannot listen on 203.0.113.1" in started.stderr.splitlines()[-1]
+
+
+def _damage_events_page(db: Path) -> None:
+    """A database whose events table has a page of garbage, as a failing disk leaves it."""
+    with open_store(str(db)) as store:
+        for _ in range(200):
+            store.read.db.execute(
+                "INSERT INTO events(type, session_id, at, payload) VALUES ('x', NULL, 'now', ?)", ("y" * 200,)
+            )
+    connection = apsw.Connection(str(db))
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchall()[0][0]
+    page_size = connection.execute("PRAGMA page_size").fetchall()[0][0]
+    connection.close()
+    with db.open("r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(b"\xa5" * page_size)
+
+
+@pytest.mark.parametrize("damage", ["corrupt events page", "not a database"])
+def test_a_store_that_cannot_be_read_is_one_line_at_start(tmp_path: Path, damage: str) -> None:
+    """A damaged database must say which file and what SQLite found, not print a traceback."""
+    db = tmp_path / "damaged.sqlite"
+    if damage == "not a database":
+        db.write_text("these are my notes, not a database\n" * 100)
+    else:
+        _damage_events_page(db)
+    result = run_cli(tmp_path, "serve", "--db", str(db), "--port", "0")
+    assert result.returncode == 1 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith(f"coordinator: error: {db}: ")
+    assert ("CorruptError" if damage != "not a database" else "NotADBError") in line

@@ -161,7 +161,7 @@ async def test_session_routes_answer_as_the_contract_says(done_api: Api) -> None
     untitled = await _raw(api, "POST", "/api/session", b"")
     assert untitled.status_code == 201 and untitled.json()["title"] == ""
     listed = await api.client.list_sessions()
-    assert [s.id for s in listed] == [session["id"], untitled.json()["id"]]
+    assert [s.id for s in listed] == [untitled.json()["id"], session["id"]]  # newest first
     assert (await api.client.get_session(session["id"])).title == "first"
     assert await api.client.interrupt(session["id"]) is False
 
@@ -295,21 +295,25 @@ async def test_bad_input_gets_a_named_4xx_and_the_server_keeps_serving(shell_api
     assert [s.id for s in await shell_api.client.list_sessions()] == [session.id]
 
 
-async def test_a_body_over_one_mebibyte_is_refused_by_name(shell_api: Api) -> None:
-    """A huge body must be refused without being held in memory, whether its length is declared or not."""
+async def test_a_text_over_one_mebibyte_and_a_body_over_four_are_refused_by_name(shell_api: Api) -> None:
+    """A huge prompt is a 400 naming the field; a huge body is refused without being held in memory,
+    whether its length is declared or not."""
     session = await shell_api.client.create_session(title="big")
-    huge = json.dumps({"text": "x" * (1 << 21)}).encode()
+    path = f"/api/session/{session.id}/prompt"
+    long_text = await _raw(shell_api, "POST", path, json.dumps({"text": "x" * ((1 << 20) + 1)}).encode())
+    assert long_text.status_code == 400
+    assert long_text.json()["error"]["message"] == "body.text: longer than 1048576 characters"
+    huge = json.dumps({"text": "x" * (6 << 20)}).encode()
 
     async def chunks() -> Any:
         for start in range(0, len(huge), 65536):
             yield huge[start : start + 65536]
 
-    path = f"/api/session/{session.id}/prompt"
     for content in (huge, chunks()):
         response = await _raw(shell_api, "POST", path, content)
         assert response.status_code == 400
         assert response.json()["error"]["name"] == "InvalidRequest"
-        assert "1 MiB" in response.json()["error"]["message"]
+        assert "4 MiB" in response.json()["error"]["message"]
     assert (await _raw(shell_api, "GET", "/health")).status_code == 200
     assert shell_api.log.of("session.turn.started") == []
 
@@ -324,7 +328,7 @@ async def test_a_configured_token_guards_every_api_route_but_not_health(tmp_path
                 assert refused.status_code == 401
                 assert refused.json()["error"]["name"] == "Unauthorized"
                 assert refused.headers["www-authenticate"] == "Bearer"
-            assert (await http.post("/api/session", content=b"{}")).status_code == 401
+            assert (await http.post("/api/session", json={})).status_code == 401
             assert (await http.get("/api/event", params={"follow": "false"})).status_code == 401
             assert (await http.get("/health")).json() == {"status": "ok"}
             assert (await http.get("/openapi.json")).status_code == 200
@@ -406,7 +410,7 @@ async def test_openapi_document_lists_every_route_with_schemas_that_match_the_wi
     }
     assert components["ReplyBody"]["properties"]["decision"]["enum"] == ["once", "always", "reject"]
     assert components["ReplyBody"]["required"] == ["decision"]
-    assert set(reply["responses"]) == {"200", "400", "401", "404", "409", "500"}
+    assert set(reply["responses"]) == {"200", "400", "403", "404", "409", "415", "421", "500"}
     settled = components["PermissionAlreadySettled"]["properties"]["error"]
     assert settled["properties"]["name"] == {"const": "PermissionAlreadySettled"}
     assert "settlement" in settled["properties"]

@@ -113,7 +113,8 @@ def test_random_bodies_never_cause_a_server_error(
     """A malformed body is the client's fault: it must get a named 4xx, never a 500."""
     template, keys = ROUTES[route]
     body = data.draw(body_of(keys), label="body")
-    response = http.post(template.replace("{sid}", session_id), content=body)
+    headers = {"content-type": "application/json"}
+    response = http.post(template.replace("{sid}", session_id), content=body, headers=headers)
     assert_answered_properly(response)
 
 

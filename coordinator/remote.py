@@ -1,0 +1,201 @@
+"""The CLI commands that talk to a running server (contract section 14): sessions, prompt, reply,
+interrupt and events.
+
+Each finds the server at ``--url``, by default the ``[server]`` host and port of ``--config`` (or of
+``coordinator.toml`` in the current folder when there is one, else 127.0.0.1:4096), and sends the
+token of ``--token``, else ``COORDINATOR_TOKEN``, else the config's. A refused request is one line
+naming the error (exit 1); a server that cannot be reached too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from coordinator import wire
+from coordinator.client import CoordinatorClient
+from coordinator.config import Config, apply_env, load_config
+from coordinator.errors import ClientError
+from coordinator.records import Session
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+LOCAL_CONFIG = "coordinator.toml"
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """``--url``, ``--config`` and ``--token``: where the server is and how to be let in."""
+    parser.add_argument(
+        "--url",
+        metavar="U",
+        help="the server (default: [server] host and port of the config, or 127.0.0.1:4096)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read host, port and token from this file (default ./{LOCAL_CONFIG} if any)",
+    )
+    parser.add_argument(
+        "--token", metavar="T", help="the bearer token (default: env COORDINATOR_TOKEN, then the config's)"
+    )
+
+
+def add_commands(commands: Any) -> None:
+    """The remote subcommands, each with ``run`` set to its function."""
+    sessions = commands.add_parser(
+        "sessions",
+        help="list a running server's sessions, newest first",
+        description="One line a session: id, status, last outcome, title (tab-separated).",
+    )
+    add_server_options(sessions)
+    sessions.add_argument(
+        "--limit", metavar="N", type=int, default=100, help="at most N sessions (default 100)"
+    )
+    sessions.add_argument("--json", action="store_true", help="one JSON object a line instead")
+    sessions.set_defaults(run=run_sessions)
+
+    prompt = commands.add_parser(
+        "prompt",
+        help="send a prompt to a session; prints the new turn's id",
+        description="Queues a turn; it runs after the session's running turn. Watch it with `coordinator events`.",
+    )
+    add_server_options(prompt)
+    prompt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    prompt.add_argument(
+        "text", metavar="TEXT", help='the prompt; the demo model runs shell for "run: COMMAND"'
+    )
+    prompt.set_defaults(run=run_prompt)
+
+    reply = commands.add_parser(
+        "reply",
+        help="answer a pending permission request",
+        description=(
+            "once: run this call; always: also allow this action and resource for the session; "
+            "reject: decline it, which stops the turn, unless --message gives the model feedback instead."
+        ),
+    )
+    add_server_options(reply)
+    reply.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    reply.add_argument("request_id", metavar="RID", help="the permission request (per_...)")
+    reply.add_argument("decision", choices=("once", "always", "reject"), help="once, always or reject")
+    reply.add_argument("--message", metavar="M", help="with reject: feedback for the model; the turn goes on")
+    reply.set_defaults(run=run_reply)
+
+    interrupt = commands.add_parser(
+        "interrupt",
+        help="stop a session's running turn (reason interrupt)",
+        description="Prints whether a turn was stopped (false when idle or already stopping).",
+    )
+    add_server_options(interrupt)
+    interrupt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    interrupt.set_defaults(run=run_interrupt)
+
+
+def add_event_options(events: argparse.ArgumentParser) -> None:
+    """The options of ``coordinator events``."""
+    add_server_options(events)
+    events.add_argument("--session", metavar="SID", help="only this session's events")
+    events.add_argument("--after", metavar="SEQ", type=int, default=0, help="start after this seq")
+    events.add_argument("--follow", action="store_true", help="keep streaming live events, reconnecting")
+    events.add_argument(
+        "--deltas", action="store_true", help="also print the model's text as it streams (session.text.delta)"
+    )
+    events.add_argument(
+        "--until",
+        metavar="TYPE",
+        help="stop after the first event of this type (with --follow: wait for it), e.g. permission.asked",
+    )
+
+
+def server_of(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The URL and token the command talks to. **Raises:** ``ConfigError`` for a bad config file."""
+    config = _config(args.config)
+    url = args.url or _url_of(config)
+    token = args.token or apply_env(config, os.environ).server.token or None
+    return url, token
+
+
+def _config(path: str | None) -> Config:
+    if path is not None:
+        return load_config(path)
+    return load_config(LOCAL_CONFIG) if Path(LOCAL_CONFIG).is_file() else Config()
+
+
+def _url_of(config: Config) -> str:
+    host = config.server.host
+    host = "127.0.0.1" if host in WILDCARDS else host
+    return f"http://[{host}]:{config.server.port}" if ":" in host else f"http://{host}:{config.server.port}"
+
+
+def _call(args: argparse.Namespace, action: Callable[[CoordinatorClient], Awaitable[None]]) -> int:
+    """Run ``action`` with a client of the server; a refusal or an unreachable server is one line."""
+    url, token = server_of(args)
+
+    async def main() -> None:
+        async with CoordinatorClient(url, token) as client:
+            await action(client)
+
+    try:
+        trio.run(main)
+    except ClientError as exc:
+        complain(f"{url}: {exc.name}: {exc.message}")
+        return EXIT_FAILED
+    except httpx.HTTPError as exc:
+        complain(f"cannot reach the server at {url}: {exc!r} (is `coordinator serve` running?)")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def complain(line: str) -> None:
+    print(f"coordinator: error: {' '.join(line.split())}", file=sys.stderr, flush=True)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False), flush=True)
+
+
+def _session_line(session: Session) -> str:
+    return "\t".join([session.id, session.status, session.last_outcome or "-", session.title])
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        for session in await client.list_sessions(limit=args.limit):
+            if args.json:
+                _print_json(wire.unstructure(session))
+            else:
+                print(_session_line(session), flush=True)
+
+    return _call(args, action)
+
+
+def run_prompt(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        print(await client.prompt(args.session_id, args.text), flush=True)
+
+    return _call(args, action)
+
+
+def run_reply(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        request = await client.reply_permission(args.session_id, args.request_id, args.decision, args.message)
+        _print_json(wire.unstructure(request))
+
+    return _call(args, action)
+
+
+def run_interrupt(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        print("true" if await client.interrupt(args.session_id) else "false", flush=True)
+
+    return _call(args, action)

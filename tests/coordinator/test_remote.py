@@ -1,0 +1,62 @@
+"""The CLI commands that talk to a running server (``sessions``, ``prompt``, ``reply``, ``interrupt``,
+``events --session``), as real processes against a real ``coordinator serve``."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.coordinator.test_cli import DEADLINE, run_cli, serving
+
+
+@pytest.mark.slow
+def test_the_remote_commands_find_the_server_by_the_config_and_the_token_by_the_environment(
+    tmp_path: Path,
+) -> None:
+    """A person runs these beside `serve`: the config names the server, COORDINATOR_TOKEN lets them in."""
+    with serving(tmp_path, COORDINATOR_TOKEN="s3cret") as served:
+        port = served.url.rsplit(":", 1)[1]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "coordinator.toml").write_text(f"[server]\nport = {port}\n")
+        refused = run_cli(elsewhere, "sessions")
+        assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1
+        assert f"{served.url}: Unauthorized" in refused.stderr
+
+        token = {"COORDINATOR_TOKEN": "s3cret"}
+        assert run_cli(elsewhere, "sessions", **token).stdout == ""
+        headers = {"Authorization": "Bearer s3cret"}
+        session = httpx.post(f"{served.url}/api/session", json={"title": "cli"}, headers=headers).json()
+        listed = run_cli(elsewhere, "sessions", **token)
+        assert listed.stdout == f"{session['id']}\tidle\t-\tcli\n"
+        as_json = run_cli(elsewhere, "sessions", "--json", **token)
+        assert json.loads(as_json.stdout)["id"] == session["id"]
+
+        prompted = run_cli(elsewhere, "prompt", session["id"], "hello", **token)
+        assert prompted.returncode == 0 and prompted.stdout.startswith("turn_")
+        until = run_cli(
+            elsewhere, "events", "--session", session["id"], "--follow", "--until", "session.idle", **token
+        )
+        events = [json.loads(line) for line in until.stdout.splitlines()]
+        assert [e["type"] for e in events][-2:] == ["session.execution.succeeded", "session.idle"]
+        assert {e["session_id"] for e in events} == {session["id"]}
+        assert events[1]["turn_id"] == prompted.stdout.strip()
+        with_deltas = run_cli(elsewhere, "events", "--session", session["id"], "--deltas", **token)
+        assert with_deltas.returncode == 0 and len(with_deltas.stdout.splitlines()) >= len(events)
+        interrupted = run_cli(elsewhere, "interrupt", session["id"], **token)
+        assert (interrupted.returncode, interrupted.stdout) == (0, "false\n")
+
+        unknown = run_cli(elsewhere, "prompt", "ses_unknown", "hi", **token)
+        assert unknown.returncode == 1 and len(unknown.stderr.splitlines()) == 1
+        assert "SessionNotFound: no session 'ses_unknown'" in unknown.stderr
+        reply = run_cli(elsewhere, "reply", session["id"], "per_unknown", "once", **token)
+        assert reply.returncode == 1 and "PermissionNotFound" in reply.stderr
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=DEADLINE) == 0
+    gone = run_cli(elsewhere, "sessions", **token)
+    assert gone.returncode == 1 and len(gone.stderr.splitlines()) == 1
+    assert "cannot reach the server at" in gone.stderr
