@@ -28,6 +28,7 @@ from coordinator.records import (
     ToolError,
     ToolPart,
 )
+from coordinator.store._errors import mapped
 from coordinator.store.rows import (
     TOOL_CALL_COLUMNS,
     TURN_COLUMNS,
@@ -108,11 +109,14 @@ class Queries:
         self.db = db
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-        rows = self.db.execute(sql, args).fetchall()
+        rows = self._all(sql, args)
         return rows[0] if rows else None
 
     def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return self.db.execute(sql, args).fetchall()
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except apsw.Error as exc:  # a page damaged after the open's check, a busy reader...
+            raise mapped(exc) from exc
 
     def _next_ord(self, table: str, where: str, args: tuple[Any, ...]) -> int:
         row = self._one(f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table} WHERE {where}", args)

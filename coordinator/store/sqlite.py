@@ -24,6 +24,7 @@ import trio
 from coordinator import errors
 from coordinator.events import Draft, Event
 from coordinator.store._durability import GroupDurability
+from coordinator.store._errors import mapped
 from coordinator.store._migrations import MIGRATIONS
 from coordinator.store._queries import Queries
 
@@ -50,7 +51,7 @@ def map_apsw_errors() -> Iterator[None]:
     try:
         yield
     except apsw.Error as exc:
-        raise _mapped(exc) from exc
+        raise mapped(exc) from exc
 
 
 APSW_ERRORS_MAPPED: dict[type[BaseException], type[errors.StoreError]] = {
@@ -149,20 +150,12 @@ def _execute(db: apsw.Connection, sql: str) -> None:
     try:
         db.execute(sql)
     except apsw.Error as exc:
-        raise _mapped(exc) from exc
+        raise mapped(exc) from exc
 
 
 def _rollback(db: apsw.Connection) -> None:
     with contextlib.suppress(apsw.Error):
         db.execute("ROLLBACK")
-
-
-def _mapped(exc: apsw.Error) -> errors.StoreError:
-    if isinstance(exc, apsw.BusyError):
-        return errors.StoreBusy(str(exc))
-    if isinstance(exc, apsw.FullError):
-        return errors.StoreFull(str(exc))
-    return errors.StoreError(f"{type(exc).__name__}: {exc}")
 
 
 class SqliteStore:

@@ -174,7 +174,7 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[server]\nprot = 1\n",
             "coordinator.toml: [server].prot: unknown key (expected one of host, port, db, token, lease, "
-            "max_resumes, shutdown_grace)",
+            "max_resumes, shutdown_grace, allowed_hosts, cors_origins)",
         ),
         (
             '[[permission]]\neffect = "ask"\ntool = "shell"\n',
@@ -268,3 +268,28 @@ def test_script_path_is_resolved_against_the_config_folder(tmp_path: Path) -> No
     assert config.script_path() == tmp_path / "s.json"
     absolute = load_config(write_config(tmp_path, f'[model]\nscript = "{tmp_path / "x" / "s.json"}"\n'))
     assert absolute.script_path() == tmp_path / "x" / "s.json"
+
+
+def test_allowed_hosts_and_cors_origins_are_arrays_of_strings(tmp_path: Path) -> None:
+    """The edge's lists (contract section 10) are checked like every other key, naming the bad entry."""
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[server]\nallowed_hosts = ["agents.example.com"]\ncors_origins = ["https://app.example.com"]\n'
+    )
+    config = load_config(good)
+    assert (config.server.allowed_hosts, config.server.cors_origins) == (
+        ("agents.example.com",),
+        ("https://app.example.com",),
+    )
+    for text, where in (
+        ('[server]\nallowed_hosts = "agents.example.com"\n', "[server].allowed_hosts: expected an array"),
+        (
+            '[server]\ncors_origins = ["https://a.example", 3]\n',
+            "[server].cors_origins[1]: expected a non-empty",
+        ),
+    ):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(bad)
+        assert where in str(caught.value)

@@ -15,11 +15,21 @@ import attrs
 import httpx
 import jsonschema_rs
 import pytest
+import trio
 
 from coordinator.client import CoordinatorClient
 from coordinator.config import Config
-from tests.coordinator.server.harness import SHELL_CALL, running_api, server_config, serving
-from tests.model_server import serve_model
+from coordinator.server.edge import host_name, is_loopback
+from tests.coordinator.server.harness import (
+    QUESTION_CALL,
+    SHELL_CALL,
+    Api,
+    EventLog,
+    running_api,
+    server_config,
+    serving,
+)
+from tests.model_server import Call, Reply, Text, ToolCalls, serve_model
 
 APP_ORIGIN = "https://app.example.com"
 
@@ -222,24 +232,116 @@ async def test_the_document_declares_security_only_with_a_token_and_names_its_se
     )
 
 
+EXECUTE_CALL = ToolCalls(
+    calls=(
+        Call(
+            id="call_exec",
+            name="execute",
+            input={"code": 'print("hi")\nreturn await tools.shell(command="echo nested")'},
+        ),
+    )
+)
+
+
+def _typed_reply(index: int, body: dict[str, Any]) -> Reply:
+    """By the prompt: an execute call with a nested shell call, a question form, or a shell call."""
+    last = body["messages"][-1]
+    if last["role"] != "user":
+        return Text(text="done")
+    prompt = str(last["content"])
+    return (
+        EXECUTE_CALL
+        if prompt.startswith("exec")
+        else QUESTION_CALL
+        if prompt.startswith("ask")
+        else SHELL_CALL
+    )
+
+
+async def _typed_turns(api: Api) -> str:
+    """A succeeded execute turn, a submitted form, a declined reply, an interrupt, a dismissed form;
+    returns the id of a session left waiting on a form (suspended at shutdown, then resumed)."""
+    session = (await api.client.create_session(title="typed")).id
+    await api.client.prompt(session, "exec it")
+    asked = await api.log.wait_for("permission.asked", session)
+    await api.client.reply_permission(session, asked["request"]["id"], "once")
+    await api.log.wait_for("session.idle", session)
+    for count, settle in enumerate(("submit", "dismiss"), start=1):
+        await api.client.prompt(session, "ask me")
+        form = (await api.log.wait_for("form.asked", session, count=count))["form"]["id"]
+        if settle == "submit":
+            await api.client.submit_form(session, form, {"q1": "yes"})
+        else:
+            await api.client.dismiss_form(session, form)
+        await api.log.wait_for("session.idle", session, count=1 + count)
+    await api.client.prompt(session, "shell")
+    asked = await api.log.wait_for("permission.asked", session, count=2)
+    await api.client.reply_permission(session, asked["request"]["id"], "reject")
+    await api.log.wait_for("session.idle", session, count=4)
+    await api.client.prompt(session, "shell again")
+    await api.log.wait_for("permission.asked", session, count=3)
+    await api.client.interrupt(session)
+    await api.log.wait_for("session.idle", session, count=5)
+    waiting = (await api.client.create_session(title="waiting")).id
+    await api.client.prompt(waiting, "ask later")
+    await api.log.wait_for("form.asked", waiting)
+    return waiting
+
+
 async def test_every_event_of_real_turns_fits_its_own_schema(tmp_path: Path) -> None:
-    """The typed events are what a generated client decodes: each real event must match exactly one."""
-    async with serve_model([SHELL_CALL]) as mock, running_api(server_config(tmp_path, mock), mock) as api:
-        session = await api.client.create_session(title="typed")
-        await api.client.prompt(session.id, "go")
-        asked = await api.log.wait_for("permission.asked", session.id)
-        await api.client.reply_permission(session.id, asked["request"]["id"], "reject")
-        await api.log.wait_for("session.idle", session.id)
-        await api.client.prompt(session.id, "again")
-        await api.log.wait_for("permission.asked", session.id, count=2)
-        await api.client.interrupt(session.id)
-        await api.log.wait_for("session.idle", session.id, count=2)
-        doc = await api.client.openapi()
+    """The typed events are what a generated client decodes: each real event must match its schema."""
+    async with serve_model(_typed_reply) as mock:
+        config = server_config(tmp_path, mock)
+        async with running_api(config, mock) as api:
+            waiting = await _typed_turns(api)
+            doc = await api.client.openapi()
+        async with (
+            serving(config) as listening,
+            CoordinatorClient(listening.url) as client,
+            trio.open_nursery() as nursery,
+        ):
+            log = EventLog()
+            nursery.start_soon(log.follow, client)
+            # The restart resumes the waiting turn and asks its form again, restored.
+            await log.wait_for("form.asked", waiting, count=2)
+            nursery.cancel_scope.cancel()
+        restored = log.events
     validator = jsonschema_rs.Draft202012Validator(
         {"$ref": "#/components/schemas/Event", "components": doc["components"]}
     )
-    for event in api.log.events:
+    types = set()
+    for event in restored:
         errors = [str(e) for e in validator.iter_errors(event)]
         assert errors == [], (event["type"], errors)
-    wrong = {**api.log.events[-1], "outcome": "shrugged"}
+        types.add(event["type"])
+    assert {
+        "session.tool.progress",
+        "form.submitted",
+        "form.cancelled",
+        "session.execution.suspended",
+        "session.execution.resumed",
+        "permission.revoked",
+        "session.execution.succeeded",
+    } <= types
+    assert waiting in {e["session_id"] for e in restored if e["type"] == "session.execution.resumed"}
+    wrong = {**restored[-1], "type": "session.idle", "outcome": "shrugged"}
     assert not validator.is_valid(wrong)
+
+
+@pytest.mark.parametrize(
+    ("header", "name", "loopback"),
+    [
+        ("127.0.0.1:4096", "127.0.0.1", True),
+        ("127.5.6.7", "127.5.6.7", True),
+        ("[::1]:4096", "::1", True),
+        ("LOCALHOST:80", "localhost", True),
+        ("app.localhost", "app.localhost", True),
+        ("localhost.attacker.example", "localhost.attacker.example", False),
+        ("10.0.0.5:4096", "10.0.0.5", False),
+        ("[2001:db8::1]", "2001:db8::1", False),
+    ],
+)
+def test_host_names_and_loopback(header: str, name: str, loopback: bool) -> None:
+    """The Host check must read IPv6 brackets and ports right, and trust no look-alike name."""
+    assert host_name(header) == name
+    assert is_loopback(name) is loopback

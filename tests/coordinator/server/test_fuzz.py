@@ -129,7 +129,8 @@ def test_random_ids_in_paths_are_never_a_server_error(http: httpx.Client, sid: s
     response = http.request(method, f"/api/session/{quote(sid, safe='')}{suffix}")
     assert_answered_properly(response)
     if response.status_code >= 400:
-        assert response.json()["error"]["name"] in {"SessionNotFound", "RouteNotFound"}
+        # An id holding "/" can name another route ("x/form/y" is a form's path, which has no GET).
+        assert response.json()["error"]["name"] in {"SessionNotFound", "RouteNotFound", "MethodNotAllowed"}
 
 
 def test_the_server_still_serves_after_the_fuzzing(http: httpx.Client, session_id: str) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from coordinator import errors
 from coordinator.events import Draft
 from coordinator.store import SqliteStore, open_store
+from coordinator.store._queries import Queries
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
 
 
@@ -114,6 +115,38 @@ def test_every_apsw_error_is_translated_at_the_boundary() -> None:
         assert isinstance(caught.value.__cause__, source)
     with pytest.raises(errors.StoreError), map_apsw_errors():
         raise apsw.ConstraintError("any other apsw error")
+
+
+def _damaged_events(path: Path) -> None:
+    """A database whose events table's root page is garbage, as a failing disk leaves it."""
+    with open_store(str(path)) as store:
+        for _ in range(50):
+            store.read.db.execute("INSERT INTO events(type, at, payload) VALUES ('x', 'now', '{}')")
+    connection = apsw.Connection(str(path))
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchall()[0][0]
+    page_size = connection.execute("PRAGMA page_size").fetchall()[0][0]
+    connection.close()
+    with path.open("r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(b"\xa5" * page_size)
+
+
+def test_a_damaged_page_is_refused_at_open_and_a_read_of_it_is_a_store_error(tmp_path: Path) -> None:
+    """A corrupt page the start would not even read is found at open; a read that meets one later
+    is a StoreError like every other store failure, never a bare apsw exception."""
+    path = tmp_path / "damaged.sqlite"
+    _damaged_events(path)
+    with pytest.raises(errors.StoreError) as refused, open_store(str(path)):
+        pass
+    assert str(refused.value).startswith("CorruptError: ")
+    connection = apsw.Connection(str(path))
+    try:
+        with pytest.raises(errors.StoreError) as read:
+            Queries(connection).last_seq()
+    finally:
+        connection.close()
+    assert isinstance(read.value.__cause__, apsw.CorruptError)
 
 
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
