@@ -109,7 +109,14 @@ async def _run_turn(
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
+        _forget_texts(runtime, turn.id)
     return True
+
+
+def _forget_texts(runtime: Runtime, turn_id: str) -> None:
+    """Drop what is left of the turn's streamed texts once the turn settled (or could not)."""
+    for step_id in [s for s, text in runtime.step_texts.items() if text.turn_id == turn_id]:
+        del runtime.step_texts[step_id]
 
 
 async def _begin(runtime: Runtime, turn: TurnRow, takeover: Takeover | None) -> TurnScope | None:
@@ -268,7 +275,12 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
             return
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason)
+        texts = {
+            step_id: text.unrecorded()
+            for step_id, text in scope.runtime.step_texts.items()
+            if text.turn_id == scope.turn_id
+        }
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
         tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
         if reason.resumable:
             tx.settle_turn(scope.turn_id, "suspended", reason, None)
