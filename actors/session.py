@@ -243,8 +243,11 @@ def _fail_interrupted_work(
     on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
     """
     for step_id in tx.running_steps(scope.turn_id):
+        # The text the dead process had saved while the model streamed is kept, as after any stop.
+        partial_text = tx.streamed_text(step_id)
+        settlement.keep_partial_text(tx, scope.session_id, scope.turn_id, partial_text, _RESTARTED)
         tx.settle_step(step_id, "failed", _RESTARTED)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED, partial_text))
     restorable, interrupted = [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":

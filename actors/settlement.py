@@ -179,12 +179,17 @@ def fail_step(
     """
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
     fail_calls(tx, [c for c in calls if not kept_for_restore(tx, c, reason)], reason)
-    if partial_text:
-        message_id = new_id("msg")
-        tx.insert_message(message_id, session_id, turn_id, "assistant", now_rfc3339())
-        tx.add_text_part(message_id, partial_text, reason.text_status)
+    keep_partial_text(tx, session_id, turn_id, partial_text, reason)
     tx.settle_step(step_id, "failed", reason)
     tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
+
+
+def keep_partial_text(tx: SqliteTx, session_id: str, turn_id: str, text: str, reason: StopReason) -> None:
+    """Keep text a stop cut short as an assistant message, its part's status the stop's word."""
+    if text:
+        message_id = new_id("msg")
+        tx.insert_message(message_id, session_id, turn_id, "assistant", now_rfc3339())
+        tx.add_text_part(message_id, text, reason.text_status)
 
 
 def sweep(

@@ -26,6 +26,10 @@ from coordinator.store.sqlite import now_rfc3339
 COALESCE_SECONDS = 0.02
 """At most one delta a session in this many seconds (contract section 9), on trio's clock."""
 
+SAVE_SECONDS = 1.0
+"""While the model streams, the text so far is saved to the step's row at most this often: what a
+start after a crash keeps (a stop with a reason keeps all of it, from memory)."""
+
 
 def _is_high_surrogate(char: str) -> bool:
     return "\ud800" <= char <= "\udbff"
@@ -48,6 +52,7 @@ class StepText:
     recorded: bool = False
     """The text is in the store (the reply's commit or the step's failure wrote it)."""
     _last_publish: float = -math.inf
+    _saved: str = ""
     _arrived: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -112,11 +117,26 @@ class StepText:
         never hears of a step's text before it hears that the step started.
         """
         await self.turn.runtime.store.durable()
+        next_save = trio.current_time() + SAVE_SECONDS
         while True:
             await self._arrived.wait()
             self._arrived = trio.Event()
             await trio.sleep_until(self._last_publish + COALESCE_SECONDS)
             self._publish()
+            if trio.current_time() >= next_save:
+                await self._save()
+                next_save = trio.current_time() + SAVE_SECONDS
+
+    async def _save(self) -> None:
+        """Save the text so far to the step's row, for a start after a crash (fenced like every write).
+
+        **Raises:** ``StoreError`` or ``Fenced``: the step then stops like any actor whose commit failed.
+        """
+        text = self.text
+        if text != self._saved:
+            async with self.turn.write() as tx:
+                tx.save_streamed_text(self.step_id, text)
+            self._saved = text
 
     async def finish(self, reply_text: str) -> None:
         """The reply is whole: publish its tail (after the coalescing window), before it is recorded.

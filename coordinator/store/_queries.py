@@ -227,6 +227,14 @@ class Queries:
             "UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, dump_reason(reason), step_id)
         )
 
+    def save_streamed_text(self, step_id: str, text: str) -> None:
+        self.db.execute("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
+
+    def streamed_text(self, step_id: str) -> str:
+        """The text a step had streamed at its last save ("" when none was saved)."""
+        row = self._one("SELECT streamed_text FROM steps WHERE id = ?", (step_id,))
+        return "" if row is None or row[0] is None else str(row[0])
+
     def running_steps(self, turn_id: str) -> list[str]:
         rows = self._all(
             "SELECT id FROM steps WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,)

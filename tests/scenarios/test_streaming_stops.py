@@ -195,3 +195,25 @@ async def test_a_shutdown_while_the_model_streams_keeps_the_text_and_the_resume_
         assert messages[2].role == "user" and "restarted" in (messages[2].content or "")
         succeeded = recorder.of("session.step.succeeded")[0].payload
         assert succeeded["message"] == {"text": "The end.", "tool_calls": []}
+
+
+async def test_a_crash_while_the_model_streams_keeps_the_text_saved_before_it(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A crash loses the process's memory, but not the text saved (once a second) while it streamed:
+    the start after it keeps that text in the step's failure, the history and the resumed request."""
+    config = config_for(tmp_path)
+    async with streaming(config, counting(STREAM, DONE)) as (coord, recorder):
+        session_id = await start_streaming(coord, recorder)
+        assert streamed_deltas(recorder, session_id) == STREAMED
+        await coord.abandon()
+    model = counting(DONE)
+    async with streaming(config, model) as (coord, recorder):
+        await recorder.wait_for("session.idle")
+        assert recorder.of("session.execution.resumed")[0].payload["after"] == "crash"
+        failed = recorder.of("session.step.failed")[0].payload
+        assert failed["partial_text"] == STREAMED
+        history = wire.unstructure(await coord.history(session_id))
+        assert [m["parts"][0].get("status") for m in history] == ["complete", "interrupted", "complete", "complete"]
+        assert history[1]["parts"][0]["text"] == STREAMED
+        assert model.requests[0].messages[1] == ChatMessage(role="assistant", content=STREAMED)
