@@ -110,7 +110,14 @@ async def _run_turn(
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
+        _forget_texts(runtime, turn.id)
     return True
+
+
+def _forget_texts(runtime: Runtime, turn_id: str) -> None:
+    """Drop what is left of the turn's streamed texts once the turn settled (or could not)."""
+    for step_id in [s for s, text in runtime.step_texts.items() if text.turn_id == turn_id]:
+        del runtime.step_texts[step_id]
 
 
 async def _begin(
@@ -170,6 +177,7 @@ async def _execute(
         with scope.handle.scope:
             await scope.checkpoint("turn.start")
             async with trio.open_nursery() as nursery:
+                scope.background = nursery
                 limit = runtime.config.timeouts.limit("turn")
                 if limit is not None:
                     nursery.start_soon(_turn_deadline, scope, limit)
@@ -266,8 +274,11 @@ def _fail_interrupted_work(
     # Children before parents, as in a live stop: the calls fail before the steps that made them.
     settlement.fail_calls(tx, interrupted, _RESTARTED, error=_RESTART_ERROR)
     for step_id in tx.running_steps(scope.turn_id):
+        # The text the dead process had saved while the model streamed is kept, as after any stop.
+        partial_text = tx.streamed_text(step_id)
+        settlement.keep_partial_text(tx, scope.session_id, scope.turn_id, partial_text, _RESTARTED)
         tx.settle_step(step_id, "failed", _RESTARTED)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED, partial_text))
     return restorable
 
 
@@ -289,7 +300,12 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
             return
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason)
+        texts = {
+            step_id: text.unrecorded()
+            for step_id, text in scope.runtime.step_texts.items()
+            if text.turn_id == scope.turn_id
+        }
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
         tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
         if reason.resumable:
             tx.settle_turn(scope.turn_id, "suspended", reason, None)

@@ -227,8 +227,7 @@ async def session_events(request: Request) -> ASGIApp:
 
 
 def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStream:
-    # TODO(#13, #16): stream deltas and descendants; until then the flags are checked, not refused.
-    _bool_query(request, "deltas", False)
+    # TODO(#16): stream descendants; until then the flag is checked, not refused.
     _bool_query(request, "descendants", False)
     return sse.EventStream(
         coordinator=_coordinator(request),
@@ -236,6 +235,7 @@ def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStrea
         session_id=session_id,
         follow=_bool_query(request, "follow", True),
         keepalive=request.app.state.keepalive,
+        deltas=_bool_query(request, "deltas", False),
     )
 
 
