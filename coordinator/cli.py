@@ -37,8 +37,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-DEFAULT_URL = "http://127.0.0.1:4096"
-
 EXAMPLE_CONFIG = "coordinator.example.toml"
 
 
@@ -240,7 +238,6 @@ def _version() -> str:
 
 def _events(args: argparse.Namespace) -> int:
     url, token = remote.server_of(args)
-    args.url = url
     try:
         _run_trio(_print_events, url, token, args, args.session)
     except KeyboardInterrupt:
@@ -249,10 +246,10 @@ def _events(args: argparse.Namespace) -> int:
         sys.stdout = open(os.devnull, "w")  # keeps the final flush at exit quiet
         return EXIT_OK
     except ClientError as exc:
-        _complain(f"{args.url}: {exc.name}: {exc.message}")
+        _complain(f"{url}: {exc.name}: {exc.message}")
         return EXIT_FAILED
     except httpx.HTTPError as exc:
-        _complain(f"cannot read events from {args.url}: {exc!r}")
+        _complain(f"cannot read events from {url}: {exc!r}")
         return EXIT_FAILED
     return EXIT_OK
 

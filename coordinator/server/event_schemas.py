@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from coordinator.reasons import StopReason, ToolErrorType
-from coordinator.records import Decision, Form, Outcome, Partial, PermissionRequest, Session
+from coordinator.reasons import StopReason
+from coordinator.records import Decision, Form, Outcome, Partial, PermissionRequest, Session, ToolError
 from coordinator.server.schema import REF_PREFIX, Schema, SchemaBuilder
 
 
@@ -59,14 +59,6 @@ class NestedProgress:
     name: str
     status: str
     output: Any = None
-
-
-@attrs.frozen(kw_only=True)
-class ToolErrorBody:
-    """Why a tool call failed."""
-
-    type: ToolErrorType
-    message: str
 
 
 @attrs.frozen(kw_only=True)
@@ -153,7 +145,7 @@ class ToolSucceeded(_Envelope):
 class ToolFailed(_Envelope):
     type: ClassVar[str] = "session.tool.failed"
     call_id: str
-    error: ToolErrorBody
+    error: ToolError
     partial: Partial | None = None
 
 
