@@ -44,9 +44,9 @@ async def run(turn: TurnScope) -> bool:
     step_id = new_id("step")
     async with turn.write() as tx:
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
-        tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+        started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
     handle = turn.handle.child("step", step_id)
-    text = StepText(turn=turn, step_id=step_id)
+    text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, turn.failing_on_error(f"step {step_id}"):
         try:

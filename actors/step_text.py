@@ -47,6 +47,8 @@ class StepText:
 
     turn: TurnScope
     step_id: str
+    started_seq: int
+    """The seq of the step's ``session.step.started``: the bus delivers no delta of it before that."""
     _pieces: list[str] = attrs.Factory(list)
     _joined: str = ""
     published: int = 0
@@ -129,13 +131,13 @@ class StepText:
         )
         self.published = end
         self._last_publish = trio.current_time()
-        self.turn.runtime.bus.publish_delta(event)
+        self.turn.runtime.bus.publish_delta_after(event, self.started_seq)
 
     async def serve_flushes(self, scope: trio.CancelScope) -> None:
         """Publish what arrives, at most once every ``COALESCE_SECONDS``, until ``scope`` is cancelled.
 
-        The first delta waits until the step's start is durable (and so published): a subscriber
-        never hears of a step's text before it hears that the step started.
+        A delta published before the step's start is durable is held by the bus until that start is
+        published: a subscriber never hears of a step's text before it hears that the step started.
 
         **Raises:** ``StoreError`` or ``Fenced`` from a save, after stopping the turn with a typed
         ``Failure``: the turn's nursery then cancels the step, whose cleanup settles it with it.
@@ -146,7 +148,6 @@ class StepText:
             await self._serve_flushes()
 
     async def _serve_flushes(self) -> None:
-        await self.turn.runtime.store.durable()
         next_save = trio.current_time() + SAVE_SECONDS
         while True:
             await self._arrived.wait()
@@ -178,6 +179,5 @@ class StepText:
         if not self.text and reply_text:
             self.append(reply_text)
         if len(self.text) > self.published:
-            await self.turn.runtime.store.durable()
             await trio.sleep_until(self._last_publish + COALESCE_SECONDS)
             self._publish()

@@ -46,6 +46,11 @@ class StreamingText(Protocol):
     @property
     def session_id(self) -> str: ...
 
+    @property
+    def started_seq(self) -> int:
+        """The seq of the step's ``session.step.started``: no delta of it is delivered before it."""
+        ...
+
     def catch_up(self) -> Event | None:
         """One delta at offset 0 with all the text published so far; None while there is none."""
         ...
@@ -127,6 +132,10 @@ class Bus:
         self.closed = False
         self._highest = reader.last_seq()
         self._streaming: dict[str, StreamingText] = {}
+        # Deltas of a step whose start is committed but not yet durable, by that event's seq: they are
+        # delivered right after it, so the text never overtakes the step's start, and the step never
+        # waits for a sync to stream.
+        self._held: dict[int, list[Event]] = {}
         self.deltas_published = 0
 
     def publish(self, events: Sequence[Event]) -> None:
@@ -148,7 +157,18 @@ class Bus:
                 live.queue.append(event)
                 # A later delta must not merge into one queued before this event: it would jump it.
                 live.open_deltas.pop(event.session_id, None)
+                if live.deltas and self._held and not self._deliver_held(live, event.stored_seq):
+                    break
             live.wakeup.set()
+        for event in events:
+            self._held.pop(event.stored_seq, None)
+
+    def _deliver_held(self, live: _Live, seq: int) -> bool:
+        for delta in self._held.get(seq, ()):
+            if not live.add_delta(delta):
+                self._overflow(live)
+                return False
+        return True
 
     def publish_delta(self, event: Event) -> None:
         """Hand a live-only event (no seq) to every attached subscriber that asked for deltas.
@@ -156,6 +176,18 @@ class Bus:
         Never blocks; a subscriber whose buffer is full falls back to the store, losing deltas only.
         """
         self.deltas_published += 1
+        self._fan_out_delta(event)
+
+    def publish_delta_after(self, event: Event, started_seq: int) -> None:
+        """``publish_delta``, or, while the event of ``started_seq`` is not published yet, held until
+        it is and delivered right after it."""
+        if started_seq > self._highest:
+            self.deltas_published += 1
+            self._held.setdefault(started_seq, []).append(event)
+        else:
+            self.publish_delta(event)
+
+    def _fan_out_delta(self, event: Event) -> None:
         for live in list(self._live):
             if live.deltas and not live.stale and live.wants(event):
                 if live.add_delta(event):
@@ -174,6 +206,9 @@ class Bus:
 
     def _catch_up(self, live: _Live) -> None:
         for text in self._streaming.values():
+            # A step whose start this subscriber has not been handed yet gets its text after it.
+            if text.started_seq > self._highest:
+                continue
             if live.session_id is None or text.session_id == live.session_id:
                 event = text.catch_up()
                 if event is not None:

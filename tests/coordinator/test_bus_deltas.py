@@ -28,6 +28,7 @@ class Streaming:
 
     session_id: str
     text: str
+    started_seq: int = 0
 
     def catch_up(self) -> Event | None:
         return delta(0, self.text, self.session_id) if self.text else None
@@ -159,3 +160,29 @@ async def test_a_subscriber_that_attaches_mid_stream_first_gets_the_text_so_far(
         bus.stop_streaming(bus_text)
         after_end = bus.subscribe(after=0, session_id="s", deltas=True)
         assert [e.type for e in await drain(after_end)] == ["session.step.started"]
+
+
+async def test_a_delta_of_a_step_whose_start_is_not_published_waits_for_it(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """The step streams at once, without waiting for a sync; the bus delivers its text right after the
+    step's start, never before it, and no catch-up overtakes it either."""
+    with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
+        bus = Bus(store.read)
+        live = bus.subscribe(after=0, deltas=True)
+        await drain(live)
+        held: list[Event] = []
+        store.on_commit(held.extend)  # committed, not yet handed to the bus (not durable yet)
+        await commit(store, "session.step.started")
+        text = Streaming(session_id="s", text="He", started_seq=1)
+        bus.start_streaming(text)
+        bus.publish_delta_after(delta(0, "He"), started_seq=1)
+        bus.publish_delta_after(delta(2, "llo"), started_seq=1)
+        late = bus.subscribe(after=0, deltas=True)
+        assert await drain(live) == [] and await drain(late) == []
+        bus.publish(held)
+        expected = [("session.step.started", None, ""), ("session.text.delta", 0, "Hello")]
+        assert summary(await drain(live)) == expected
+        assert summary(await drain(late)) == expected
+        bus.publish_delta_after(delta(5, "!"), started_seq=1)
+        assert summary(await drain(live)) == [("session.text.delta", 5, "!")]
