@@ -16,7 +16,7 @@ from coordinator import errors, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
 from coordinator.records import Form, Message, PermissionRequest, Session
-from coordinator.server import sse
+from coordinator.server import page, sse
 from coordinator.server.auth import BearerAuth
 from coordinator.server.bodies import (
     CreateSessionBody,
@@ -38,13 +38,17 @@ def build_app(
 ) -> Starlette:
     """The API over ``coordinator``; ``config`` gives the token; ``keepalive`` paces SSE comments."""
     app = Starlette(
-        routes=[Route(op.path, op.endpoint, methods=[op.method], name=op.name) for op in OPERATIONS],
+        routes=[
+            *(Route(op.path, op.endpoint, methods=[op.method], name=op.name) for op in OPERATIONS),
+            *page.ROUTES,
+        ],
         middleware=[Middleware(ErrorBoundary), Middleware(BearerAuth, token=config.server.token)],
         exception_handlers={errors.ClientError: handle_client_error, HTTPException: handle_http_error},
     )
     app.state.coordinator = coordinator
     app.state.keepalive = keepalive
     app.state.openapi = openapi_document(OPERATIONS)
+    app.state.static = page.load_static()
     return app
 
 
