@@ -84,50 +84,59 @@ def scripted_config(tmp_path: Path, script: Any, **server: Any) -> Config:
 
 
 @attrs.define(eq=False)
-class Gate:
-    """Holds back what event streams send while closed: a slow network between page and server."""
+class Network:
+    """The link between the page and the server's event streams, which a test can slow down or cut.
+
+    ``hold()`` keeps back what every ``.../event`` response sends until ``release()`` (a slow network:
+    the page hears of nothing meanwhile); ``drop()`` cuts every open stream (a failed connection).
+    Every method runs in the server's trio run (``ServerThread.run_sync``).
+    """
 
     _open: trio.Event = attrs.Factory(trio.Event)
+    _streams: set[trio.CancelScope] = attrs.Factory(set)
 
     def __attrs_post_init__(self) -> None:
         self._open.set()
 
-    def close(self) -> None:
+    def hold(self) -> None:
         if self._open.is_set():
             self._open = trio.Event()
 
-    def open(self) -> None:
+    def release(self) -> None:
         self._open.set()
 
-    async def wait_open(self) -> None:
-        await self._open.wait()
+    def drop(self) -> None:
+        for stream in self._streams:
+            stream.cancel()
 
+    def around(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with its event streams passing through this network."""
 
-@attrs.define(eq=False)
-class GatedStreams:
-    """ASGI middleware: the body of every ``.../event`` response waits for ``gate`` to be open."""
+        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or not scope["path"].endswith("/event"):
+                await app(scope, receive, send)
+                return
 
-    app: ASGIApp
-    gate: Gate
+            async def held_send(message: Message) -> None:
+                if message["type"] == "http.response.body":
+                    await self._open.wait()
+                await send(message)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/event"):
-            await self.app(scope, receive, send)
-            return
+            with trio.CancelScope() as stream:
+                self._streams.add(stream)
+                try:
+                    await app(scope, receive, held_send)
+                finally:
+                    self._streams.discard(stream)
 
-        async def held_send(message: Message) -> None:
-            if message["type"] == "http.response.body":
-                await self.gate.wait_open()
-            await send(message)
-
-        await self.app(scope, receive, held_send)
+        return routed
 
 
 @contextlib.asynccontextmanager
-async def gated_server(config: Config, gate: Gate) -> AsyncIterator[str]:
-    """The API of ``config`` whose event streams pass through ``gate``; yields its base URL."""
+async def networked_server(config: Config, network: Network) -> AsyncIterator[str]:
+    """The API of ``config`` with its event streams behind ``network``; yields its base URL."""
     async with open_coordinator(config, synchronous="normal") as coordinator:
-        async with hypercorn_app(GatedStreams(build_app(coordinator, config), gate)) as url:
+        async with hypercorn_app(network.around(build_app(coordinator, config))) as url:
             yield url
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.harness import Gate, ServerThread, api, gated_server, plain_server, scripted_config
+from tests.browser.harness import Network, ServerThread, api, networked_server, plain_server, scripted_config
 
 SHELL = {"tool_calls": [{"id": "call_shell", "name": "shell", "input": {"command": "echo hi"}}]}
 QUESTION = {
@@ -75,14 +75,14 @@ def test_a_reply_that_lost_the_race_to_a_revocation_closes_the_dialog_and_shows_
     page: Page, tmp_path: Path
 ) -> None:
     """A person who clicks before the revocation reaches the page gets a 409: the dialog must still close."""
-    gate = Gate()
+    network = Network()
     config = scripted_config(tmp_path, [SHELL, DONE])
-    with ServerThread(lambda: gated_server(config, gate)) as server:
+    with ServerThread(lambda: networked_server(config, network)) as server:
         sid = open_session(page, server.url, "race")
         send_prompt(page, "run it")
         dialog = page.get_by_role("dialog")
         expect(dialog).to_contain_text("echo hi")
-        server.run_sync(gate.close)  # the page hears nothing more for now
+        server.run_sync(network.hold)  # the page hears nothing more for now
         with api(server.url) as http:
             assert http.post(f"/api/session/{sid}/interrupt").json() == {"interrupted": True}
         expect(dialog).to_have_count(1)
@@ -92,7 +92,7 @@ def test_a_reply_that_lost_the_race_to_a_revocation_closes_the_dialog_and_shows_
         expect(notices).to_contain_text('Permission for shell "echo hi": already settled, revoked: interrupt')
         page.screenshot(path=tmp_path / "settlement.png", full_page=True)
 
-        server.run_sync(gate.open)  # the revocation arrives late: it is not shown a second time
+        server.run_sync(network.release)  # the revocation arrives late: it is not shown a second time
         expect(page.locator(".turn-note").last).to_have_text("outcome: interrupted")
         expect(notices.locator("p")).to_have_count(1)
         expect(dialog).to_have_count(0)

@@ -118,6 +118,8 @@ function select(sessionId) {
     $("session-state").textContent = "";
     return;
   }
+  $("connection").textContent = "connecting…";
+  $("connection").dataset.state = "connecting";
   const history = page.history;
   page.follower = new EventFollower(path.events(sessionId), {
     onEvent: (event) => applyEvent(history, event),
