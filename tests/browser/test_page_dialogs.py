@@ -175,3 +175,24 @@ def test_a_question_form_is_submitted_dismissed_or_closed_when_dismissed_elsewhe
         expect(page.get_by_role("status")).to_contain_text(
             'Question "Go on?": cancelled: dismissed elsewhere'
         )
+
+
+def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer(page: Page, tmp_path: Path) -> None:
+    """A server with a token: the page itself loads, then asks once for the token the API wants."""
+    config = scripted_config(tmp_path, [SHELL, DONE], token="s3cret")
+    with ServerThread(lambda: plain_server(config)) as server:
+        with api(server.url) as http:
+            http.post("/api/session", json={"title": "guarded"}, headers={"Authorization": "Bearer s3cret"})
+        page.goto(server.url)
+        page.get_by_label("Token").fill("wrong")
+        page.get_by_role("button", name="Connect").click()
+        expect(page.locator("#token-form")).to_contain_text("that token was refused")
+        page.get_by_label("Token").fill("s3cret")
+        page.get_by_role("button", name="Connect").click()
+        page.get_by_role("link", name=re.compile("^guarded")).click()
+        expect(page.locator("#connection")).to_have_text("live")
+        send_prompt(page, "run it")
+        page.get_by_role("dialog").get_by_role("button", name="Allow once").click()
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+        expect(page.locator("#token-form")).to_be_hidden()
+        assert page.evaluate("sessionStorage.getItem('coordinator.token')") == "s3cret"

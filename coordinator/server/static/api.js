@@ -19,7 +19,8 @@ export class ApiError extends Error {
 let askToken = () => Promise.reject(new Error("no way to ask for the token"));
 let asking = null;
 
-// `ask()` shows the token form and resolves with the token the person typed.
+// `ask(refused)` shows the token form (`refused`: the token given before was wrong) and resolves with
+// the token the person typed.
 export function setTokenPrompt(ask) {
   askToken = ask;
 }
@@ -27,7 +28,7 @@ export function setTokenPrompt(ask) {
 // Waits until the person gave a token; concurrent 401s share one prompt.
 export async function wantToken() {
   if (asking === null) {
-    asking = askToken().then((token) => {
+    asking = askToken(sessionStorage.getItem(TOKEN_KEY) !== null).then((token) => {
       sessionStorage.setItem(TOKEN_KEY, token);
       asking = null;
     });

@@ -32,10 +32,14 @@ function complain(error) {
 
 // The token form, shown when the API answers 401; resolves with what the person typed.
 setTokenPrompt(
-  () =>
+  (refused) =>
     new Promise((resolve) => {
       const form = $("token-form");
+      form.querySelector(".hint").textContent = refused
+        ? "that token was refused; try again"
+        : "this server needs its bearer token; it is kept in this tab only";
       form.hidden = false;
+      $("token").value = "";
       $("token").focus();
       form.onsubmit = (submitted) => {
         submitted.preventDefault();
