@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import structlog
@@ -65,6 +65,17 @@ class Waits:
         self.by_id.pop(wait_id, None)
 
 
+class StreamedText(Protocol):
+    """What a step's streamed text (``actors/step_text.py``) offers whoever settles its step."""
+
+    @property
+    def turn_id(self) -> str: ...
+
+    def unrecorded(self) -> str:
+        """The text the model streamed that no commit has recorded yet."""
+        ...
+
+
 @attrs.define(kw_only=True)
 class Runtime:
     """The coordinator's parts, shared by every actor of one coordinator."""
@@ -78,6 +89,9 @@ class Runtime:
     workdir: Path
     waits: Waits = attrs.Factory(Waits)
     turns: dict[str, TurnScope] = attrs.Factory(dict)
+    # The text of each step whose streamed text no commit has recorded yet, by step id: the step's
+    # own failure records it, or, when that commit failed, the session's sweep.
+    step_texts: dict[str, StreamedText] = attrs.Factory(dict)
     injector: Injector | None = None
     # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then
     # on, checked inside their transaction, so one either lands before the shutdown's stop or not at all.

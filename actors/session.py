@@ -109,7 +109,14 @@ async def _run_turn(
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
+        _forget_texts(runtime, turn.id)
     return True
+
+
+def _forget_texts(runtime: Runtime, turn_id: str) -> None:
+    """Drop what is left of the turn's streamed texts once the turn settled (or could not)."""
+    for step_id in [s for s, text in runtime.step_texts.items() if text.turn_id == turn_id]:
+        del runtime.step_texts[step_id]
 
 
 async def _begin(runtime: Runtime, turn: TurnRow, takeover: Takeover | None) -> TurnScope | None:
@@ -236,8 +243,11 @@ def _fail_interrupted_work(
     on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
     """
     for step_id in tx.running_steps(scope.turn_id):
+        # The text the dead process had saved while the model streamed is kept, as after any stop.
+        partial_text = tx.streamed_text(step_id)
+        settlement.keep_partial_text(tx, scope.session_id, scope.turn_id, partial_text, _RESTARTED)
         tx.settle_step(step_id, "failed", _RESTARTED)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED))
+        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED, partial_text))
     restorable, interrupted = [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
@@ -268,7 +278,12 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
             return
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason)
+        texts = {
+            step_id: text.unrecorded()
+            for step_id, text in scope.runtime.step_texts.items()
+            if text.turn_id == scope.turn_id
+        }
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
         tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
         if reason.resumable:
             tx.settle_turn(scope.turn_id, "suspended", reason, None)

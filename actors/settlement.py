@@ -7,15 +7,18 @@ waits are revoked and its nested calls are settled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from coordinator import events, wire
+from coordinator.ids import new_id
 from coordinator.reasons import Failure, StopReason
 from coordinator.records import NestedCall, Partial, ToolError
 from coordinator.store import Queries, SqliteTx
 from coordinator.store.rows import ToolCallRow
+from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.process import ProcessGroup
 
 log = structlog.get_logger()
@@ -164,22 +167,45 @@ def committed_reason(tx: SqliteTx, turn_id: str, reason: StopReason) -> StopReas
     return reason
 
 
-def fail_step(tx: SqliteTx, session_id: str, turn_id: str, step_id: str, reason: StopReason) -> None:
+def fail_step(
+    tx: SqliteTx, session_id: str, turn_id: str, step_id: str, reason: StopReason, partial_text: str = ""
+) -> None:
     """Fail a step after every call it started that is still unsettled (calls it never got to start
-    an actor for, calls whose own settlement could not be written): children before parents."""
+    an actor for, calls whose own settlement could not be written): children before parents.
+
+    ``partial_text`` is what the model had streamed when the stop cut it short: it is kept in the
+    history as an assistant text part with the stop's status, and reported on ``session.step.failed``,
+    so the next request of the session sends it as the assistant's content (contract section 9).
+    """
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
     fail_calls(tx, [c for c in calls if not kept_for_restore(tx, c, reason)], reason)
+    keep_partial_text(tx, session_id, turn_id, partial_text, reason)
     tx.settle_step(step_id, "failed", reason)
-    tx.emit(events.step_failed(session_id, turn_id, step_id, reason))
+    tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
 
 
-def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
+def keep_partial_text(tx: SqliteTx, session_id: str, turn_id: str, text: str, reason: StopReason) -> None:
+    """Keep text a stop cut short as an assistant message, its part's status the stop's word."""
+    if text:
+        message_id = new_id("msg")
+        tx.insert_message(message_id, session_id, turn_id, "assistant", now_rfc3339())
+        tx.add_text_part(message_id, text, reason.text_status)
+
+
+def sweep(
+    tx: SqliteTx,
+    session_id: str,
+    turn_id: str,
+    reason: StopReason,
+    partial_texts: Mapping[str, str] | None = None,
+) -> None:
     """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
 
     In a clean stop every child has settled itself and this finds nothing. It settles what a child
     could not (its cleanup ran out of time or its commit failed) and, at a start, a stop whose
     settlement a crash cut short. A shutdown keeps the top-level calls that wait on a person, and
-    their waits.
+    their waits. ``partial_texts`` holds, by step id, the streamed text of steps whose own failure
+    could not be written.
     """
     running = [c for c in children_first(tx.tool_calls_of_turn(turn_id)) if c.status == "running"]
     kept = {c.call_id for c in running if kept_for_restore(tx, c, reason)}
@@ -191,4 +217,4 @@ def sweep(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> No
             tx.emit(events.form_revoked(form, reason))
     fail_calls(tx, [call for call in running if call.call_id not in kept], reason)
     for step_id in tx.running_steps(turn_id):
-        fail_step(tx, session_id, turn_id, step_id, reason)
+        fail_step(tx, session_id, turn_id, step_id, reason, (partial_texts or {}).get(step_id, ""))

@@ -4,6 +4,10 @@ A step starts with ``session.step.started`` and ends with ``session.step.succeed
 answered and every tool call it asked for has settled, or with ``session.step.failed`` carrying the
 turn's stop reason. A model failure (after the client's retries) or the step deadline is a stop the step
 decides itself: it commits the intent through the turn and leaves through its cleanup.
+
+While the model streams, its text lives in the step's ``StepText`` (memory, published as deltas). The
+commit that records the reply records the text; a stop before that records it in the step's failure
+(``partial_text``, and a history text part whose status is the stop's).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import trio
 
 from actors import settlement, tool_call
 from actors.context import SETTLE_SECONDS, TurnScope
+from actors.step_text import StepText
 from coordinator import events
 from coordinator.errors import ModelError
 from coordinator.ids import new_id
 from coordinator.models.base import ModelReply, ModelRequest, ModelToolCall
 from coordinator.models.history import to_chat
 from coordinator.reasons import Failure, StopReason, Timeout
+from coordinator.records import StepMessage, StepToolCall
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
 
@@ -40,44 +46,57 @@ async def run(turn: TurnScope) -> bool:
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
         tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
     handle = turn.handle.child("step", step_id)
+    text = StepText(turn=turn, step_id=step_id)
+    turn.runtime.step_texts[step_id] = text
     with handle.scope, turn.failing_on_error(f"step {step_id}"):
         try:
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
             with turn.failing_on_error(f"step {step_id}"):
-                reply = await _ask_model(turn, index)
+                reply = await _ask_model(turn, index, text)
                 if not reply.tool_calls:
-                    await _answer(turn, step_id, reply)
+                    await _answer(turn, step_id, reply, text)
                     return False
-                calls = await _record_reply(turn, step_id, reply)
+                calls = await _record_reply(turn, step_id, reply, text)
                 async with trio.open_nursery() as nursery:
                     for call in calls:
                         await nursery.start(tool_call.run, turn, handle, call)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle(turn, step_id, handle.reason_or_failure())
+                await _settle(turn, step_id, handle.reason_or_failure(), text)
             raise
         async with turn.write() as tx:
             tx.settle_step(step_id, "succeeded", None)
-            tx.emit(events.step_succeeded(turn.session_id, turn.turn_id, step_id))
+            tx.emit(
+                events.step_succeeded(
+                    turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
+                )
+            )
         return True
     raise AssertionError("a step's own scope is never stopped alone")
 
 
-async def _ask_model(turn: TurnScope, index: int) -> ModelReply:
+def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
+    """The reply as ``session.step.succeeded`` reports it, with the coordinator's call ids."""
+    tool_calls = [StepToolCall(call_id=c.call_id, name=c.name, input=c.input) for c in calls]
+    return StepMessage(text=reply.text, tool_calls=tool_calls)
+
+
+async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     runtime = turn.runtime
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
         messages=_conversation(turn),
         tools=tuple(tool.spec for tool in runtime.tools.values()),
+        text=text,
     )
     limit = runtime.config.timeouts.limit("step")
     stop: StopReason
     with trio.move_on_after(math.inf if limit is None else limit) as timer:
         try:
             await turn.checkpoint("model.request")
-            reply = await runtime.model.complete(request)
+            reply = await _stream(turn, request, text)
             await turn.checkpoint("model.reply")
             return reply
         except ModelError as exc:
@@ -91,26 +110,59 @@ async def _ask_model(turn: TurnScope, index: int) -> ModelReply:
     raise AssertionError("a stopped turn did not cancel its step")
 
 
+async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> ModelReply:
+    """The model's reply, its text published as deltas meanwhile (the tail once the reply is whole)."""
+    bus = turn.runtime.bus
+    bus.start_streaming(text)
+    try:
+        failure: ModelError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(text.serve_flushes)
+            try:
+                reply = await turn.runtime.model.complete(request)
+            except ModelError as exc:
+                failure = exc  # raised below, not wrapped in the nursery's exception group
+            nursery.cancel_scope.cancel(reason="the model answered: stop the delta flusher")
+        if failure is not None:
+            raise failure
+        await text.finish(reply.text)
+    finally:
+        bus.stop_streaming(text)
+    return reply
+
+
 def _conversation(turn: TurnScope) -> tuple:  # type: ignore[type-arg]
     messages, model_ids = turn.runtime.store.read.history_with_model_ids(turn.session_id)
     return to_chat(messages, model_ids)
 
 
-async def _answer(turn: TurnScope, step_id: str, reply: ModelReply) -> None:
+async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:
     """Store an answer without tool calls and the step's success in one commit: nothing is left to
     run between them (one commit fewer a turn than recording and settling apart)."""
     async with turn.write() as tx:
         _insert_assistant_message(tx, turn, reply)
         tx.settle_step(step_id, "succeeded", None)
-        tx.emit(events.step_succeeded(turn.session_id, turn.turn_id, step_id))
+        tx.emit(
+            events.step_succeeded(turn.session_id, turn.turn_id, step_id, _message(reply, []), reply.usage)
+        )
+    _recorded(turn, step_id, text)
 
 
-async def _record_reply(turn: TurnScope, step_id: str, reply: ModelReply) -> list[ToolCallRow]:
+async def _record_reply(
+    turn: TurnScope, step_id: str, reply: ModelReply, text: StepText
+) -> list[ToolCallRow]:
     """Store the assistant message with its tool calls, and publish each call's start, at once."""
     async with turn.write() as tx:
         message_id = _insert_assistant_message(tx, turn, reply)
         calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+    _recorded(turn, step_id, text)
     return calls
+
+
+def _recorded(turn: TurnScope, step_id: str, text: StepText) -> None:
+    """The step's text is in the store now: no stop has to keep it any more."""
+    text.recorded = True
+    turn.runtime.step_texts.pop(step_id, None)
 
 
 def _insert_assistant_message(tx: SqliteTx, turn: TurnScope, reply: ModelReply) -> str:
@@ -154,8 +206,11 @@ def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
     return candidate
 
 
-async def _settle(turn: TurnScope, step_id: str, reason: StopReason) -> None:
+async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepText) -> None:
+    """Fail the step, keeping the text the stop cut short. If this commit fails, the text stays in
+    ``runtime.step_texts`` for the session's sweep."""
     await turn.checkpoint("settle.step")
     async with turn.write() as tx:
         reason = settlement.committed_reason(tx, turn.turn_id, reason)
-        settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason)
+        settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded())
+    _recorded(turn, step_id, text)

@@ -155,15 +155,22 @@ class Coordinator:
         await self._durable()
         return form
 
-    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> Subscription:
+    def subscribe(
+        self, *, after: int = 0, session_id: str | None = None, deltas: bool = False
+    ) -> Subscription:
         """Every event after seq ``after``, replayed from the store, then live until shutdown.
 
         Use it as ``async for event in coord.subscribe(after=seq)``; a lagging subscriber falls back to
-        the store and never loses an event. **Raises:** ``SessionNotFound``.
+        the store and never loses an event. With ``deltas=True`` the live part also carries the
+        model's text as it streams (``session.text.delta``, an ``Event`` whose ``seq`` is None): first,
+        for each step streaming when the replay ends, one delta at offset 0 with its text so far. A
+        lagging subscriber may lose deltas (their offsets show it), never a stored event.
+
+        **Raises:** ``SessionNotFound``.
         """
         if session_id is not None:
             self._session(session_id)
-        return self._runtime.bus.subscribe(after=after, session_id=session_id)
+        return self._runtime.bus.subscribe(after=after, session_id=session_id, deltas=deltas)
 
     async def abandon(self) -> None:
         """Drop everything as a crash would (tests and the chaos campaign): nothing more is written.

@@ -11,6 +11,13 @@ publish, or a higher seq found by ``notice_foreign_commits``) sends every subscr
 A slow subscriber never blocks the coordinator: when its buffer overflows, the buffer is dropped and
 the subscriber falls back to reading the store from its last delivered seq, then attaches again. It
 therefore never loses an event; ``lagged`` counts how often it fell behind.
+
+Live-only events (``session.text.delta``, no seq) reach only subscribers that asked for them
+(``deltas=True``), through ``publish_delta``. A delta that finds the previous delta of its step still
+unread in a subscriber's buffer is merged into it, so a slow reader gets fewer, larger deltas and its
+buffer holds at most one unread delta per streaming step between two durable events. Each time a
+subscriber attaches (at its start, or again after it fell behind) it first gets, for every step
+streaming then, one delta at offset 0 with the text published so far: the catch-up.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Sequence
+from typing import Protocol
 
+import attrs
 import structlog
 import trio
 
@@ -31,17 +40,79 @@ LIVE_BUFFER = 4096
 REPLAY_PAGE = 500
 
 
+class StreamingText(Protocol):
+    """A step's text while the model streams it (``actors/step_text.py``), as the bus sees it."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def catch_up(self) -> Event | None:
+        """One delta at offset 0 with all the text published so far; None while there is none."""
+        ...
+
+
+class _DeltaSlot:
+    """A delta waiting in one subscriber's buffer; later adjacent deltas of its step merge into it."""
+
+    __slots__ = ("end", "event", "more")
+
+    def __init__(self, event: Event) -> None:
+        self.event = event  # shared by every subscriber while nothing merged into it (encoded once)
+        self.more: list[str] = []
+        self.end = event.payload["offset"] + len(event.payload["delta"])
+
+    def merge(self, event: Event) -> bool:
+        """Append ``event`` if it continues this delta's text exactly; False otherwise."""
+        payload = event.payload
+        if payload["step_id"] != self.event.payload["step_id"] or payload["offset"] != self.end:
+            return False
+        self.more.append(payload["delta"])
+        self.end += len(payload["delta"])
+        return True
+
+    def take(self) -> Event:
+        if not self.more:
+            return self.event
+        delta = self.event.payload["delta"] + "".join(self.more)
+        return attrs.evolve(self.event, payload={**self.event.payload, "delta": delta})
+
+
 class _Live:
     """A subscriber's live buffer, owned by the bus while attached."""
 
-    def __init__(self, session_id: str | None, capacity: int) -> None:
+    def __init__(self, session_id: str | None, capacity: int, deltas: bool) -> None:
         self.session_id = session_id
         self.capacity = capacity
-        self.queue: deque[Event] = deque()
+        self.deltas = deltas
+        self.queue: deque[Event | _DeltaSlot] = deque()
+        # The unread delta of each session's streaming step, which its next delta may merge into.
+        self.open_deltas: dict[str | None, _DeltaSlot] = {}
         self.overflowed = False
         # Set when another process committed events this bus did not publish: read the store.
         self.stale = False
         self.wakeup = trio.Event()
+
+    def wants(self, event: Event) -> bool:
+        return self.session_id is None or event.session_id == self.session_id
+
+    def add_delta(self, event: Event) -> bool:
+        """Queue or merge a delta; False when the buffer is full (the caller drops the buffer)."""
+        slot = self.open_deltas.get(event.session_id)
+        if slot is not None and slot.merge(event):
+            return True
+        if len(self.queue) >= self.capacity:
+            return False
+        slot = self.open_deltas[event.session_id] = _DeltaSlot(event)
+        self.queue.append(slot)
+        return True
+
+    def pop(self) -> Event:
+        item = self.queue.popleft()
+        if isinstance(item, Event):
+            return item
+        if self.open_deltas.get(item.event.session_id) is item:
+            del self.open_deltas[item.event.session_id]
+        return item.take()
 
 
 class Bus:
@@ -55,25 +126,58 @@ class Bus:
         self.lagged = 0
         self.closed = False
         self._highest = reader.last_seq()
+        self._streaming: dict[str, StreamingText] = {}
+        self.deltas_published = 0
 
     def publish(self, events: Sequence[Event]) -> None:
         """Hand committed events to every attached subscriber. Never blocks."""
         if not events:
             return
-        if events[0].seq > self._highest + 1:
+        if events[0].stored_seq > self._highest + 1:
             self._mark_stale()  # another process committed in between: subscribers read the store
-        self._highest = max(self._highest, events[-1].seq)
+        self._highest = max(self._highest, events[-1].stored_seq)
         for live in list(self._live):
             if live.stale:
                 continue
             for event in events:
-                if live.session_id is not None and event.session_id != live.session_id:
+                if not live.wants(event):
                     continue
                 if len(live.queue) >= live.capacity:
                     self._overflow(live)
                     break
                 live.queue.append(event)
+                # A later delta must not merge into one queued before this event: it would jump it.
+                live.open_deltas.pop(event.session_id, None)
             live.wakeup.set()
+
+    def publish_delta(self, event: Event) -> None:
+        """Hand a live-only event (no seq) to every attached subscriber that asked for deltas.
+
+        Never blocks; a subscriber whose buffer is full falls back to the store, losing deltas only.
+        """
+        self.deltas_published += 1
+        for live in list(self._live):
+            if live.deltas and not live.stale and live.wants(event):
+                if live.add_delta(event):
+                    live.wakeup.set()
+                else:
+                    self._overflow(live)
+
+    def start_streaming(self, text: StreamingText) -> None:
+        """Register a step's text while the model streams it: new subscribers catch up on it."""
+        self._streaming[text.session_id] = text
+
+    def stop_streaming(self, text: StreamingText) -> None:
+        """The step's stream ended (answered or stopped): no catch-up on it from now on."""
+        if self._streaming.get(text.session_id) is text:
+            del self._streaming[text.session_id]
+
+    def _catch_up(self, live: _Live) -> None:
+        for text in self._streaming.values():
+            if live.session_id is None or text.session_id == live.session_id:
+                event = text.catch_up()
+                if event is not None:
+                    live.add_delta(event)
 
     def _overflow(self, live: _Live) -> None:
         live.overflowed = True
@@ -112,13 +216,16 @@ class Bus:
         for live in self._live:
             live.wakeup.set()
 
-    def subscribe(self, *, after: int = 0, session_id: str | None = None) -> Subscription:
+    def subscribe(
+        self, *, after: int = 0, session_id: str | None = None, deltas: bool = False
+    ) -> Subscription:
         """Every event with seq > ``after`` (of one session, or all), replayed then live.
 
         Use as ``async for event in bus.subscribe(after=seq)``; it waits for new events once caught up
-        and ends when the bus closes.
+        and ends when the bus closes. With ``deltas`` the live part also carries live-only events
+        (``session.text.delta``, seq None), each attach starting with the catch-up.
         """
-        return Subscription(self, after, session_id)
+        return Subscription(self, after, session_id, deltas)
 
 
 class Subscription:
@@ -129,9 +236,10 @@ class Subscription:
     finds it gone, or at once by ``aclose()``.
     """
 
-    def __init__(self, bus: Bus, after: int, session_id: str | None) -> None:
+    def __init__(self, bus: Bus, after: int, session_id: str | None, deltas: bool = False) -> None:
         self._bus = bus
         self._session_id = session_id
+        self._deltas = deltas
         self.last = after
         self._page: deque[Event] = deque()
         self._live: _Live | None = None
@@ -145,7 +253,7 @@ class Subscription:
         while True:
             event = self._next_nowait()
             if event is not None:
-                self.last = event.seq
+                self._delivered(event)
                 return event
             if self._live is None:
                 raise StopAsyncIteration
@@ -165,9 +273,13 @@ class Subscription:
         except StopAsyncIteration:
             return batch
         while len(batch) < limit and (event := self._next_nowait()) is not None:
-            self.last = event.seq
+            self._delivered(event)
             batch.append(event)
         return batch
+
+    def _delivered(self, event: Event) -> None:
+        if event.seq is not None:  # a live-only delta does not move the resume point
+            self.last = event.seq
 
     def _next_nowait(self) -> Event | None:
         """The next event already at hand, reading the store or attaching live as needed."""
@@ -178,8 +290,9 @@ class Subscription:
             live = self._live
             if live is not None:
                 while live.queue:
-                    event = live.queue.popleft()
-                    if event.seq > self.last:  # ``after`` may lie ahead of what is committed yet
+                    event = live.pop()
+                    # ``after`` may lie ahead of what is committed yet
+                    if event.seq is None or event.seq > self.last:
                         return event
                 if not (live.overflowed or live.stale or bus.closed):
                     return None  # wait for a publish
@@ -192,8 +305,10 @@ class Subscription:
             if bus.closed:
                 return None
             # Caught up: attach now, with no await since the read above, so nothing is missed.
-            self._live = _Live(self._session_id, bus._live_buffer)
+            self._live = _Live(self._session_id, bus._live_buffer, self._deltas)
             bus._live.add(self._live)
+            if self._deltas:
+                bus._catch_up(self._live)
 
     def _detach(self) -> None:
         if self._live is not None:

@@ -140,12 +140,13 @@ class CoordinatorClient:
         return wire.structure(data, Form)  # type: ignore[no-any-return]
 
     async def events(
-        self, after: int = 0, session_id: str | None = None, follow: bool = True
+        self, after: int = 0, session_id: str | None = None, follow: bool = True, deltas: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         """Every event after seq ``after`` as its JSON object (of one session, or all).
 
         Without ``follow``, ends after the events stored when it began. With it, streams live for
         ever: a dropped connection or a server restart is retried, resuming with ``Last-Event-ID``.
+        With ``deltas``, the live part also carries ``session.text.delta`` (``seq`` null).
 
         **Cancellation:** safe; the connection is closed. Prefer cancelling to breaking out of the loop:
         closing the iterator early leaves httpx's inner byte iterators to the garbage collector.
@@ -159,10 +160,11 @@ class CoordinatorClient:
         while True:
             try:
                 # The generator is closed by aclosing; consumers cancel rather than break (docstring).
-                async with contextlib.aclosing(self._stream_once(path, last, follow)) as stream:
+                async with contextlib.aclosing(self._stream_once(path, last, follow, deltas)) as stream:
                     async for event in stream:
                         yield event  # noqa: ASYNC119 (closed by aclosing; consumers cancel, never break)
-                        last = int(event["seq"])
+                        if event["seq"] is not None:  # a live-only delta has none
+                            last = int(event["seq"])
                         delay = RECONNECT_FIRST
                 if not follow:
                     return
@@ -173,9 +175,13 @@ class CoordinatorClient:
             await trio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX)
 
-    async def _stream_once(self, path: str, after: int, follow: bool) -> AsyncGenerator[dict[str, Any], None]:
+    async def _stream_once(
+        self, path: str, after: int, follow: bool, deltas: bool
+    ) -> AsyncGenerator[dict[str, Any], None]:
         headers = {"Last-Event-ID": str(after)} if after else {}
         params = {"after": str(after), "follow": "true" if follow else "false"}
+        if deltas:
+            params["deltas"] = "true"
         timeout = httpx.Timeout(self._timeout, read=STREAM_READ_TIMEOUT if follow else self._timeout)
         async with self._client().stream(
             "GET", path, params=params, headers=headers, timeout=timeout

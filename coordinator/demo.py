@@ -29,7 +29,8 @@ RULES = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", re
 ECHO = {
     "tool_calls": [{"id": "call_echo", "name": "shell", "input": {"command": "echo hello from the demo"}}]
 }
-DONE = {"text": "The command printed its greeting."}
+# Streamed in pieces, so the demo shows the model's text arriving as live deltas (contract section 9).
+DONE = {"chunks": ["The command ", "printed ", "its ", "greeting."], "chunk_delay": 0.05}
 
 _COLOURS = {
     "failed": "31",
@@ -56,6 +57,13 @@ class Printer:
         self.out.write(f"  {self._paint('» ' + text, '2')}\n")
 
     def event(self, event: Event) -> None:
+        if event.seq is None:  # a live-only delta: the model's text as it streams
+            piece = json.dumps(event.payload["delta"], ensure_ascii=False)
+            self.out.write(
+                f"     ~  {self._paint(f'{event.type:<32}', '2')} +{piece} at {event.payload['offset']}\n"
+            )
+            self.out.flush()
+            return
         self.last_seq = event.seq
         code = next((c for word, c in _COLOURS.items() if event.type.endswith(word)), "36")
         self.out.write(f"  {event.seq:>4}  {self._paint(f'{event.type:<32}', code)} {summary(event)}\n")
@@ -79,6 +87,9 @@ def summary(event: Event) -> str:
         ),
         "permission.replied": lambda: payload["decision"],
         "session.idle": lambda: f"outcome {payload['outcome']}",
+        "session.step.succeeded": lambda: (
+            _short(payload["message"]["text"]) if payload["message"]["text"] else ""
+        ),
         "session.execution.resumed": lambda: f"after {payload['after']}",
     }
     if event.type in picks:
@@ -108,7 +119,7 @@ async def _watched(
         async with trio.open_nursery() as nursery:
 
             async def show() -> None:
-                async for event in coord.subscribe(after=after):
+                async for event in coord.subscribe(after=after, deltas=True):
                     printer.event(event)
                     seen.setdefault(event.type, trio.Event()).set()
 

@@ -14,18 +14,39 @@ import attrs
 
 from coordinator import wire
 from coordinator.reasons import StopReason
-from coordinator.records import Form, NestedCall, Partial, PermissionRequest, Session, ToolError
+from coordinator.records import (
+    Form,
+    NestedCall,
+    Partial,
+    PermissionRequest,
+    Session,
+    StepMessage,
+    ToolError,
+    Usage,
+)
+
+TEXT_DELTA = "session.text.delta"
 
 
 @attrs.frozen(kw_only=True)
 class Event:
-    """A committed event: ``seq`` is strictly increasing across the server and never reused."""
+    """A committed event: ``seq`` is strictly increasing across the server and never reused.
 
-    seq: int
+    A live-only event (``session.text.delta``) is never stored and has no seq (``None``).
+    """
+
+    seq: int | None
     type: str
     session_id: str | None
     at: str
     payload: Mapping[str, Any]
+
+    @property
+    def stored_seq(self) -> int:
+        """The seq of an event read from the store (every stored event has one)."""
+        if self.seq is None:
+            raise ValueError(f"a live-only {self.type} event has no seq")
+        return self.seq
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the JSON object of contract section 5."""
@@ -69,15 +90,32 @@ def step_started(session_id: str, turn_id: str, step_id: str) -> Draft:
     )
 
 
-def step_succeeded(session_id: str, turn_id: str, step_id: str) -> Draft:
-    return Draft(
-        type="session.step.succeeded", session_id=session_id, payload={"turn_id": turn_id, "step_id": step_id}
-    )
+def step_succeeded(
+    session_id: str, turn_id: str, step_id: str, message: StepMessage, usage: Usage | None
+) -> Draft:
+    payload: dict[str, Any] = {"turn_id": turn_id, "step_id": step_id, "message": wire.unstructure(message)}
+    if usage is not None:
+        payload["usage"] = wire.unstructure(usage)
+    return Draft(type="session.step.succeeded", session_id=session_id, payload=payload)
 
 
-def step_failed(session_id: str, turn_id: str, step_id: str, reason: StopReason) -> Draft:
-    payload = {"turn_id": turn_id, "step_id": step_id, "reason": _reason(reason)}
+def step_failed(
+    session_id: str, turn_id: str, step_id: str, reason: StopReason, partial_text: str | None = None
+) -> Draft:
+    """``partial_text``: what the model had streamed when the stop cut it short (absent when none)."""
+    payload: dict[str, Any] = {"turn_id": turn_id, "step_id": step_id, "reason": _reason(reason)}
+    if partial_text:
+        payload["partial_text"] = partial_text
     return Draft(type="session.step.failed", session_id=session_id, payload=payload)
+
+
+def text_delta(session_id: str, turn_id: str, step_id: str, offset: int, delta: str, at: str) -> Event:
+    """A live-only ``session.text.delta``: never stored, so it is an ``Event`` with no seq at once.
+
+    ``offset`` is the index, in characters, of the delta's first character in the step's text.
+    """
+    payload = {"turn_id": turn_id, "step_id": step_id, "offset": offset, "delta": delta}
+    return Event(seq=None, type=TEXT_DELTA, session_id=session_id, at=at, payload=payload)
 
 
 def tool_started(

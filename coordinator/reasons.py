@@ -5,15 +5,15 @@ reports it. Callers read the class variables (``outcome``, ``resumable``, ``term
 ``tool_error_type``; nothing outside this module compares ``reason.type`` or writes an ``isinstance``
 chain over reasons. ``design/reasons.md`` copies this table.
 
-=========  ==========  =========  ================================  ======================
-wire type  outcome     resumable  terminal event                    claim after the stop
-=========  ==========  =========  ================================  ======================
-interrupt  interrupted no         session.execution.interrupted     released
-declined   declined    no         session.execution.interrupted     released
-timeout    timed_out   no         session.execution.interrupted     released
-error      failed      no         session.execution.failed          released
-shutdown   (none)      yes        session.execution.suspended       kept, suspended
-=========  ==========  =========  ================================  ======================
+=========  ==========  =========  ================================  ======================  ===========
+wire type  outcome     resumable  terminal event                    claim after the stop    text status
+=========  ==========  =========  ================================  ======================  ===========
+interrupt  interrupted no         session.execution.interrupted     released                interrupted
+declined   declined    no         session.execution.interrupted     released                interrupted
+timeout    timed_out   no         session.execution.interrupted     released                timeout
+error      failed      no         session.execution.failed          released                interrupted
+shutdown   (none)      yes        session.execution.suspended       kept, suspended         shutdown
+=========  ==========  =========  ================================  ======================  ===========
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import attrs
 
 TimeoutScope = Literal["tool", "execute", "permission", "question", "step", "turn"]
 ToolErrorType = Literal["declined", "interrupted", "timeout", "error", "denied"]
+# The status of a history text part (contract section 9): "complete", or the word of the stop that cut
+# the model's streamed text short.
+TextStatus = Literal["complete", "interrupted", "timeout", "shutdown"]
 
 _INTERRUPTED_EVENT = "session.execution.interrupted"
 
@@ -35,6 +38,7 @@ class Interrupt:
     type: ClassVar[str] = "interrupt"
     outcome: ClassVar[str | None] = "interrupted"
     resumable: ClassVar[bool] = False
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
 
     by: Literal["api", "embedder"]
@@ -53,6 +57,7 @@ class Declined:
     type: ClassVar[str] = "declined"
     outcome: ClassVar[str | None] = "declined"
     resumable: ClassVar[bool] = False
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
 
     via: Literal["permission", "question"]
@@ -77,6 +82,7 @@ class Timeout:
     type: ClassVar[str] = "timeout"
     outcome: ClassVar[str | None] = "timed_out"
     resumable: ClassVar[bool] = False
+    text_status: ClassVar[TextStatus] = "timeout"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
 
     scope: TimeoutScope
@@ -100,6 +106,7 @@ class Shutdown:
     type: ClassVar[str] = "shutdown"
     outcome: ClassVar[str | None] = None
     resumable: ClassVar[bool] = True
+    text_status: ClassVar[TextStatus] = "shutdown"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = "session.execution.suspended"
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
@@ -119,6 +126,7 @@ class Failure:
     type: ClassVar[str] = "error"
     outcome: ClassVar[str | None] = "failed"
     resumable: ClassVar[bool] = False
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = "session.execution.failed"
 
     message: str

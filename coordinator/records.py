@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from coordinator.reasons import StopReason, ToolErrorType
+from coordinator.reasons import StopReason, TextStatus, ToolErrorType
 
 SessionStatus = Literal["idle", "busy", "suspended"]
 Outcome = Literal["succeeded", "interrupted", "declined", "timed_out", "failed"]
@@ -133,11 +133,12 @@ class Partial:
 
 @attrs.frozen(kw_only=True)
 class TextPart:
-    """Text in a message."""
+    """Text in a message: ``complete``, or cut short by a stop while the model streamed it."""
 
     type: ClassVar[str] = "text"
 
     text: str
+    status: TextStatus
 
 
 @attrs.frozen(kw_only=True)
@@ -165,3 +166,28 @@ class Message:
     role: Literal["user", "assistant"]
     parts: list[TextPart | ToolPart]
     created_at: str
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Tokens the model endpoint reported for one request (contract section 9)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+@attrs.frozen(kw_only=True)
+class StepToolCall:
+    """A tool call as ``session.step.succeeded`` reports it: the coordinator's call id."""
+
+    call_id: str
+    name: str
+    input: Any
+
+
+@attrs.frozen(kw_only=True)
+class StepMessage:
+    """What the model answered in a step, as ``session.step.succeeded.message`` reports it."""
+
+    text: str
+    tool_calls: list[StepToolCall]

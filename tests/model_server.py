@@ -40,11 +40,13 @@ class Call:
 
 @attrs.frozen(kw_only=True)
 class Text:
-    """A text reply; ``delay`` seconds pass between the response headers and the first chunk."""
+    """A text reply; ``delay`` seconds pass between the response headers and the first chunk, and
+    ``chunk_delay`` between two chunks."""
 
     text: str
     delay: float = 0.0
     streamed: bool = True
+    chunk_delay: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -82,13 +84,22 @@ class Drop:
 
 
 @attrs.frozen(kw_only=True)
+class Cut:
+    """Streams ``text`` in pieces, then ends the body cleanly (with ``[DONE]`` when ``done``) but
+    without a ``finish_reason``: a stream cut short that looks whole to a careless client."""
+
+    text: str = "half a sen"
+    done: bool = True
+
+
+@attrs.frozen(kw_only=True)
 class RawEvents:
     """These ``data`` payloads verbatim (add ``"[DONE]"`` yourself): for malformed streams."""
 
     payloads: tuple[str, ...]
 
 
-Reply = Text | ToolCalls | HttpError | Hang | Drop | RawEvents
+Reply = Text | ToolCalls | HttpError | Hang | Drop | Cut | RawEvents
 Replies = Callable[[int, dict[str, Any]], Reply] | Sequence[Reply | dict[str, Any]]
 
 
@@ -198,7 +209,7 @@ async def _app(mock: MockModel, scope: Scope, receive: Receive, send: Send) -> N
         # The response runs beside a watcher of the connection, so a client that goes away is seen at
         # once even while the response itself is waiting (Hang, delay).
         nursery.start_soon(_watch_disconnect, mock, receive, nursery.cancel_scope, lambda: finished)
-        await _respond(mock, send_marking_end, reply, parsed.get("model", "mock"))
+        await _respond(mock, send_marking_end, reply, parsed)
         finished = True
         nursery.cancel_scope.cancel()
 
@@ -235,7 +246,8 @@ async def _watch_disconnect(
     scope.cancel()
 
 
-async def _respond(mock: MockModel, send: Send, reply: Reply, model: str) -> None:
+async def _respond(mock: MockModel, send: Send, reply: Reply, body: dict[str, Any]) -> None:
+    model = body.get("model", "mock")
     match reply:
         case HttpError():
             await trio.sleep(reply.delay)
@@ -247,7 +259,17 @@ async def _respond(mock: MockModel, send: Send, reply: Reply, model: str) -> Non
         case Text() | ToolCalls():
             await _start_stream(send)
             await trio.sleep(reply.delay)
-            for payload in [*(json.dumps(c) for c in stream_chunks(reply, model)), "[DONE]"]:
+            chunk_delay = reply.chunk_delay if isinstance(reply, Text) else 0.0
+            chunks = stream_chunks(reply, model) + _usage_chunks(body, reply.text, model)
+            for i, payload in enumerate([*(json.dumps(c) for c in chunks), "[DONE]"]):
+                if i and chunk_delay:
+                    await trio.sleep(chunk_delay)
+                await _send_event(send, payload)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        case Cut():
+            await _start_stream(send)
+            chunks = stream_chunks(Text(text=reply.text), model)[:-1]  # no finish_reason
+            for payload in [*(json.dumps(c) for c in chunks), *(["[DONE]"] if reply.done else [])]:
                 await _send_event(send, payload)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         case RawEvents():
@@ -301,6 +323,20 @@ def stream_chunks(reply: Text | ToolCalls, model: str) -> list[dict[str, Any]]:
             )
     chunks.append(_chunk(model, {}, finish_reason="tool_calls" if calls else "stop"))
     return chunks
+
+
+def usage_of(body: dict[str, Any], text: str) -> dict[str, int]:
+    """The usage the mock reports: characters of the request's messages and of the answer, over 4."""
+    sent = sum(len(m.get("content") or "") for m in body.get("messages", []))
+    return {"prompt_tokens": sent // 4, "completion_tokens": len(text) // 4, "total_tokens": 0}
+
+
+def _usage_chunks(body: dict[str, Any], text: str, model: str) -> list[dict[str, Any]]:
+    """OpenAI's last chunk with no choices and the usage, when the request asked for it."""
+    if not (body.get("stream_options") or {}).get("include_usage"):
+        return []
+    return [{"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model,
+             "choices": [], "usage": usage_of(body, text)}]  # fmt: skip
 
 
 def completion(reply: Text | ToolCalls, model: str) -> dict[str, Any]:

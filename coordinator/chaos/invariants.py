@@ -75,9 +75,11 @@ def check_terminals(record: RunRecord, view: StoreView) -> list[Violation]:
         if uncaused:
             found.append(Violation(1, f"{turn_id} ended {reason}, but {uncaused}"))
         for suspended in (e for e in mine if e.type == SUSPENDED):
-            phase = phase_of(record, suspended.seq)
+            phase = phase_of(record, suspended.stored_seq)
             if phase is None or not phase.shutdown:
-                found.append(Violation(1, f"{turn_id} was suspended at seq {suspended.seq} with no shutdown"))
+                found.append(
+                    Violation(1, f"{turn_id} was suspended at seq {suspended.stored_seq} with no shutdown")
+                )
     return found
 
 
@@ -144,13 +146,13 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
         if event.type in TERMINALS and (ended := turn_of(event)) is not None:
             ends.setdefault(ended, []).append(event)
     phases = record.phases
-    if phases and any(e.seq <= phases[0].view.last_seq for e in resumed):
+    if phases and any(e.stored_seq <= phases[0].view.last_seq for e in resumed):
         found.append(Violation(3, "a turn was resumed by the first coordinator, before any restart"))
     for before, phase in itertools.pairwise(phases):
         counts = Counter(
             (turn_of(e), e.payload["after"])
             for e in resumed
-            if phase.first_seq < e.seq <= phase.view.last_seq
+            if phase.first_seq < e.stored_seq <= phase.view.last_seq
         )
         for turn_id in record.turns:
             row = before.view.turns.get(turn_id)
@@ -167,7 +169,9 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
                 )
                 failed = phase.store_failed and turn_id in record.failed_turns
                 # A stop at the very start of the takeover settles the turn before it resumes.
-                stopped = any(phase.first_seq < e.seq <= phase.view.last_seq for e in ends.get(turn_id, []))
+                stopped = any(
+                    phase.first_seq < e.stored_seq <= phase.view.last_seq for e in ends.get(turn_id, [])
+                )
                 excused = got == 0 and (cut_short or failed or stopped)
                 if got != want and not excused:
                     found.append(
@@ -202,11 +206,13 @@ def check_reasons(record: RunRecord, view: StoreView) -> list[Violation]:
         if not isinstance(reason, dict):
             continue
         if reason.get("message") == REASONLESS:
-            found.append(Violation(6, f"seq {event.seq} {event.type} settled without a reason"))
-        phase = phase_of(record, event.seq)
+            found.append(Violation(6, f"seq {event.stored_seq} {event.type} settled without a reason"))
+        phase = phase_of(record, event.stored_seq)
         if reason.get("type") == "shutdown" and (phase is None or not phase.shutdown):
             found.append(
-                Violation(6, f"seq {event.seq} {event.type} gives reason shutdown, but none was applied")
+                Violation(
+                    6, f"seq {event.stored_seq} {event.type} gives reason shutdown, but none was applied"
+                )
             )
     return found
 
@@ -214,7 +220,7 @@ def check_reasons(record: RunRecord, view: StoreView) -> list[Violation]:
 def check_log(record: RunRecord, view: StoreView) -> list[Violation]:
     """7: seqs are gap-free and increasing; steps, turns and sessions agree with their events."""
     found: list[Violation] = []
-    seqs = [e.seq for e in view.events]
+    seqs = [e.stored_seq for e in view.events]
     if seqs != list(range(1, len(seqs) + 1)):
         found.append(Violation(7, f"the event log's seqs are not 1..{len(seqs)} in order"))
     steps = Counter(e.payload["step_id"] for e in view.events if e.type.startswith("session.step."))
@@ -251,7 +257,7 @@ def _idle(record: RunRecord, view: StoreView) -> list[Violation]:
             continue  # reported by check_terminals
         reason = ends[0].payload.get("reason")
         outcome = "succeeded" if reason is None else OUTCOMES[reason["type"]]
-        if idles[0].seq < ends[0].seq or idles[0].payload["outcome"] != outcome:
+        if idles[0].stored_seq < ends[0].stored_seq or idles[0].payload["outcome"] != outcome:
             found.append(
                 Violation(7, f"{turn_id}: session.idle {idles[0].payload['outcome']} does not follow its end")
             )
@@ -273,9 +279,11 @@ def _after_terminal(view: StoreView) -> list[Violation]:
         if turn_id is None:
             continue
         if event.type in TERMINALS:
-            ended[turn_id] = event.seq
+            ended[turn_id] = event.stored_seq
         elif turn_id in ended and event.type != "session.idle":
-            found.append(Violation(7, f"seq {event.seq} {event.type} of {turn_id} after its terminal event"))
+            found.append(
+                Violation(7, f"seq {event.stored_seq} {event.type} of {turn_id} after its terminal event")
+            )
     return found
 
 

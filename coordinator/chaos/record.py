@@ -60,7 +60,7 @@ class StoreView:
 
     @property
     def last_seq(self) -> int:
-        return self.events[-1].seq if self.events else 0
+        return self.events[-1].stored_seq if self.events else 0
 
 
 def read_view(read: Queries, session_ids: list[str], turn_ids: list[str]) -> StoreView:

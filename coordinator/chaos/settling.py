@@ -42,10 +42,12 @@ def check_waits(record: RunRecord, view: StoreView) -> list[Violation]:
         found += _restores(record, wait_id, asks)
         if stored is not None and ends:
             call_end = calls.get((stored.session_id, stored.call_id))
-            if call_end is not None and call_end.seq < ends[0].seq:
-                kept = _kept(record, wait_id, call_end.seq)
-                message = f"{wait_id}{kept} settled (seq {ends[0].seq}) after its call {stored.call_id}"
-                found.append(Violation(4, f"{message} (seq {call_end.seq})"))
+            if call_end is not None and call_end.stored_seq < ends[0].stored_seq:
+                kept = _kept(record, wait_id, call_end.stored_seq)
+                message = (
+                    f"{wait_id}{kept} settled (seq {ends[0].stored_seq}) after its call {stored.call_id}"
+                )
+                found.append(Violation(4, f"{message} (seq {call_end.stored_seq})"))
     return found
 
 
@@ -68,7 +70,7 @@ def _restores(record: RunRecord, wait_id: str, asks: list[Event]) -> list[Violat
     if asks[0].payload.get("restored"):
         found.append(Violation(4, f"{wait_id} was first published as restored"))
     for ask in asks[1:]:
-        phase = phase_of(record, ask.seq)
+        phase = phase_of(record, ask.stored_seq)
         before = None if phase is None or phase.number == 0 else record.phases[phase.number - 1]
         kept = before is not None and (
             (p := before.view.permissions.get(wait_id) or before.view.forms.get(wait_id)) is not None
@@ -76,7 +78,9 @@ def _restores(record: RunRecord, wait_id: str, asks: list[Event]) -> list[Violat
         )
         if not ask.payload.get("restored") or not kept:
             found.append(
-                Violation(4, f"{wait_id} was asked again at seq {ask.seq} without being kept by a restart")
+                Violation(
+                    4, f"{wait_id} was asked again at seq {ask.stored_seq} without being kept by a restart"
+                )
             )
     return found
 
@@ -93,25 +97,23 @@ def check_stop_order(record: RunRecord, view: StoreView) -> list[Violation]:
     for turn_id, reason in terminal_reasons(view).items():
         described = wire.structure(reason, StopReason).describe()
         start = _stop_start(record, view, turn_id, reason, described)
-        revocations = [e for e in revoked.get(turn_id, []) if e.seq > start]
+        revocations = [e for e in revoked.get(turn_id, []) if e.stored_seq > start]
         for other in revocations:
             if other.payload["reason"] not in (reason, {"type": "shutdown"}):
-                wait = _named(record, str(wait_id_of(other)), other.seq)
-                message = (
-                    f"seq {other.seq}: wait {wait} of {turn_id} was revoked for {other.payload['reason']}"
-                )
+                wait = _named(record, str(wait_id_of(other)), other.stored_seq)
+                message = f"seq {other.stored_seq}: wait {wait} of {turn_id} was revoked for {other.payload['reason']}"
                 found.append(Violation(4, f"{message}, but the turn stopped for {reason}"))
         # Only the calls the stop fails (a call that settled with its own failure meanwhile is not).
         failures = [
-            e.seq
+            e.stored_seq
             for e in failed.get(turn_id, [])
-            if e.seq > start and e.payload["error"]["message"] == described
+            if e.stored_seq > start and e.payload["error"]["message"] == described
         ]
-        if revocations and failures and min(failures) < max(e.seq for e in revocations):
-            last = max(revocations, key=lambda e: e.seq)
-            wait = _named(record, str(wait_id_of(last)), last.seq)
+        if revocations and failures and min(failures) < max(e.stored_seq for e in revocations):
+            last = max(revocations, key=lambda e: e.stored_seq)
+            wait = _named(record, str(wait_id_of(last)), last.stored_seq)
             message = f"{turn_id} stopped: a call failed (seq {min(failures)}) before wait {wait} was revoked"
-            found.append(Violation(4, f"{message} (seq {last.seq})"))
+            found.append(Violation(4, f"{message} (seq {last.stored_seq})"))
     return found
 
 
@@ -142,7 +144,7 @@ def _stop_start(record: RunRecord, view: StoreView, turn_id: str, reason: Any, d
     if intent is not None:
         return intent.seq
     firsts = [
-        e.seq
+        e.stored_seq
         for e in view.events
         if (e.payload.get("reason") == reason and turn_of(e) in (turn_id, None))
         or (e.type == "session.tool.failed" and e.payload["error"]["message"] == described)
@@ -199,7 +201,7 @@ def _before_their_step(
         if e.type in ("session.step.succeeded", "session.step.failed")
     }
     starts = {
-        (str(e.session_id), e.payload["call_id"]): e.seq
+        (str(e.session_id), e.payload["call_id"]): e.stored_seq
         for e in view.events
         if e.type == "session.tool.started"
     }
@@ -208,11 +210,11 @@ def _before_their_step(
         step, end, started = steps.get(call.step_id or ""), ends.get(key), starts.get(key)
         if call.parent_call_id is not None or step is None or end is None or started is None:
             continue
-        phase = phase_of(record, step.seq)
-        if end.seq > step.seq and phase_of(record, started) is phase is phase_of(record, end.seq):
-            message = (
-                f"call {call.call_id} settled (seq {end.seq}) after its step ({step.type}, seq {step.seq})"
-            )
+        phase = phase_of(record, step.stored_seq)
+        if end.stored_seq > step.stored_seq and phase_of(record, started) is phase is phase_of(
+            record, end.stored_seq
+        ):
+            message = f"call {call.call_id} settled (seq {end.stored_seq}) after its step ({step.type}, seq {step.stored_seq})"
             found.append(Violation(5, message))
     return found
 
@@ -232,13 +234,15 @@ def _nested(view: StoreView, ends: dict[tuple[str, str], Event]) -> list[Violati
         )
         listed = {c["call_id"] for c in (body or {}).get("calls", [])} if isinstance(body, dict) else set()
         finished = {
-            e.payload["nested"]["call_id"] for e in reported.get((session_id, call_id), []) if e.seq < end.seq
+            e.payload["nested"]["call_id"]
+            for e in reported.get((session_id, call_id), [])
+            if e.stored_seq < end.stored_seq
         }
         for child in (
             c for (s, _), c in view.calls.items() if s == session_id and c.parent_call_id == call_id
         ):
             child_end = ends.get((session_id, child.call_id))
-            if child_end is not None and child_end.seq > end.seq:
+            if child_end is not None and child_end.stored_seq > end.stored_seq:
                 found.append(Violation(5, f"nested call {child.call_id} settled after its execute call"))
             elif child_end is not None and child_end.type == "session.tool.succeeded":
                 finished.add(child.call_id)

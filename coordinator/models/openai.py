@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -14,7 +14,31 @@ import trio
 
 from coordinator.config import ModelConfig
 from coordinator.errors import ModelError
-from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, ToolSpec
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, TextSink, ToolSpec
+from coordinator.models.openai_stream import (
+    SSEDecoder,
+    StreamReader,
+    Transient,
+    assemble_reply,
+    chunk_usage,
+    chunks_from_payloads,
+    completion_as_chunk,
+    excerpt,
+    loads_object,
+)
+
+# Re-exported: the pure reply parts are tested through this module too.
+__all__ = [
+    "OpenAIModel",
+    "SSEDecoder",
+    "StreamReader",
+    "Transient",
+    "assemble_reply",
+    "build_request_body",
+    "chunks_from_payloads",
+    "parse_retry_after",
+    "retry_delay",
+]
 
 log = structlog.get_logger()
 
@@ -30,20 +54,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=60.0)
 CLOSE_SECONDS = 2.0
 """How long closing an abandoned stream may take; it is a local socket close, so this is generous."""
 
-EXCERPT_CHARS = 200
-
-
-@attrs.frozen(kw_only=True)
-class Transient:
-    """A failed attempt worth retrying: an HTTP 429/5xx or a transport error."""
-
-    detail: str
-    status: int | None = None
-    retry_after: float | None = None
-
 
 # ---------------------------------------------------------------------------------------------------
-# Pure parts: the request body, SSE lines, the reply, the retry delay.
+# Pure parts: the request body and the retry delay (the reply's: ``openai_stream.py``).
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -56,6 +69,8 @@ def build_request_body(request: ModelRequest, model_name: str) -> dict[str, Any]
     body: dict[str, Any] = {
         "model": model_name,
         "stream": True,
+        # The usage arrives in a last chunk with no choices (contract section 9 reports it).
+        "stream_options": {"include_usage": True},
         "messages": [_message_json(message) for message in request.messages],
     }
     if request.tools:
@@ -91,110 +106,6 @@ def _tool_json(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
-@attrs.define
-class SSEDecoder:
-    """Turns the lines of a ``text/event-stream`` into the ``data`` payload of each event.
-
-    Owned by the one task reading a response. Multi-line ``data`` fields are joined with newlines as
-    the SSE spec says; comments (``:``) and other fields (``event``, ``id``) are ignored.
-    """
-
-    _data: list[str] = attrs.Factory(list)
-
-    def feed(self, line: str) -> str | None:
-        """Take one line (without its newline); return an event's payload when the line ends one."""
-        if line == "":
-            return self.flush()
-        if line.startswith("data:"):
-            value = line[len("data:") :]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        return None
-
-    def flush(self) -> str | None:
-        """The payload of an event the stream ended without a blank line after, if any."""
-        if not self._data:
-            return None
-        payload, self._data = "\n".join(self._data), []
-        return payload
-
-
-def assemble_reply(chunks: Iterable[dict[str, Any]]) -> ModelReply:
-    """Join streamed chunks into one reply: text deltas in order, tool calls by their ``index``.
-
-    A tool call's ``id`` and ``name`` arrive in its first delta and its ``arguments`` in fragments,
-    possibly interleaved with other calls' fragments.
-
-    **Raises:** ``ModelError`` when a call lacks an id or a name, or its arguments are not a JSON object.
-    """
-    text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for chunk in chunks:
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                text.append(delta["content"])
-            for fragment in delta.get("tool_calls") or ():
-                _merge_call_fragment(calls, fragment)
-    tool_calls = tuple(_finish_call(calls[index]) for index in sorted(calls))
-    return ModelReply(text="".join(text), tool_calls=tool_calls)
-
-
-def _merge_call_fragment(calls: dict[int, dict[str, Any]], fragment: dict[str, Any]) -> None:
-    call = calls.setdefault(fragment.get("index", len(calls)), {"id": "", "name": "", "arguments": []})
-    function = fragment.get("function") or {}
-    # Only the first delta of a call carries id and name; later ones must not overwrite them.
-    if fragment.get("id") and not call["id"]:
-        call["id"] = fragment["id"]
-    if function.get("name") and not call["name"]:
-        call["name"] = function["name"]
-    if function.get("arguments"):
-        call["arguments"].append(function["arguments"])
-
-
-def _finish_call(call: dict[str, Any]) -> ModelToolCall:
-    if not call["id"] or not call["name"]:
-        raise ModelError(f"model sent a tool call without id or name: {call['id']!r} {call['name']!r}")
-    arguments = "".join(call["arguments"]).strip() or "{}"
-    try:
-        parsed = json.loads(arguments)
-    except ValueError as exc:
-        raise ModelError(
-            f"model sent invalid JSON arguments for tool call {call['id']} ({call['name']}): "
-            f"{_excerpt(arguments)}"
-        ) from exc
-    if not isinstance(parsed, dict):
-        raise ModelError(f"model sent non-object arguments for tool call {call['id']} ({call['name']})")
-    return ModelToolCall(id=call["id"], name=call["name"], input=parsed)
-
-
-def chunks_from_payloads(payloads: Iterable[str]) -> list[dict[str, Any]]:
-    """The chunks of a stream's ``data`` payloads, up to ``[DONE]``.
-
-    A stream that ends without ``[DONE]`` (some servers omit it) is still whole: its body ended cleanly.
-
-    **Raises:** ``ModelError`` for a payload that is not a JSON object, or an error object in the stream.
-    """
-    chunks = []
-    for payload in payloads:
-        if payload.strip() == "[DONE]":
-            break
-        chunks.append(_chunk(payload))
-    return chunks
-
-
-def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
-    """A non-streamed completion rewritten as one streamed chunk, so one assembler serves both."""
-    choices = completion.get("choices") or []
-    message = (choices[0].get("message") or {}) if choices else {}
-    delta = {
-        "content": message.get("content"),
-        "tool_calls": [{"index": i, **call} for i, call in enumerate(message.get("tool_calls") or ())],
-    }
-    return {"choices": [{"index": 0, "delta": delta}]}
-
-
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a ``Retry-After`` header; None when absent or an HTTP date (then backoff applies)."""
     if value is None:
@@ -213,16 +124,9 @@ def retry_delay(retry: int, failure: Transient, backoff: Sequence[float], cap: f
     return backoff[retry]
 
 
-def _excerpt(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= EXCERPT_CHARS else flat[:EXCERPT_CHARS] + "..."
-
-
 # ---------------------------------------------------------------------------------------------------
 # The client.
 # ---------------------------------------------------------------------------------------------------
-
-
 @attrs.define(kw_only=True)
 class OpenAIModel:
     """A ``Model`` served by an OpenAI-compatible endpoint. One instance serves every session."""
@@ -267,19 +171,24 @@ class OpenAIModel:
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Send ``request`` and wait for the whole streamed reply, retrying transient failures.
 
-        HTTP 429, 5xx and transport errors are retried after each delay of ``backoff`` (or the
-        server's ``Retry-After``, capped); any other HTTP error fails at once.
+        HTTP 429, 5xx, transport errors and a stream cut short (no ``finish_reason``) are retried
+        after each delay of ``backoff`` (or the server's ``Retry-After``, capped); any other HTTP
+        error fails at once. The text streams to ``request.text`` as it arrives; a retry restarts it.
 
         **Cancellation:** the HTTP stream is closed at once (shielded, bounded by ``CLOSE_SECONDS``),
-        which the server sees as a closed connection; nothing is kept, and a backoff sleep simply ends.
+        which the server sees as a closed connection; what streamed is in ``request.text``, and a
+        backoff sleep simply ends.
 
         **Raises:** ``ModelError`` naming the status and an excerpt of the body (or the transport
-        error) once the retries are spent, at once for another 4xx, or for a malformed reply.
+        error, or the cut) once the retries are spent, at once for another 4xx, or for a malformed
+        reply.
         """
         body = build_request_body(request, self.model_name)
         retry = 0
         while True:
-            outcome = await self._attempt(body)
+            if retry:
+                request.text.restart()
+            outcome = await self._attempt(body, request.text)
             if isinstance(outcome, ModelReply):
                 return outcome
             if retry >= len(self.backoff):
@@ -296,7 +205,7 @@ class OpenAIModel:
             await trio.sleep(delay)
             retry += 1
 
-    async def _attempt(self, body: dict[str, Any]) -> ModelReply | Transient:
+    async def _attempt(self, body: dict[str, Any], sink: TextSink) -> ModelReply | Transient:
         """One request: a reply, a ``Transient`` failure, or ``ModelError`` for a permanent one."""
         try:
             response = await self.client.send(
@@ -307,9 +216,9 @@ class OpenAIModel:
         except httpx.HTTPError as exc:
             raise ModelError(f"model request to {self.url} failed: {type(exc).__name__}: {exc}") from exc
         try:
-            return await self._read(response)
+            return await self._read(response, sink)
         except httpx.TransportError as exc:
-            # A stream cut mid-way is retried whole: nothing of it has been handed to the caller.
+            # A stream cut mid-way is retried whole; the retry restarts the streamed text.
             return Transient(detail=f"{type(exc).__name__} reading {self.url}: {exc}")
         except httpx.HTTPError as exc:
             raise ModelError(f"model reply from {self.url} failed: {type(exc).__name__}: {exc}") from exc
@@ -317,13 +226,16 @@ class OpenAIModel:
             with trio.move_on_after(CLOSE_SECONDS, shield=True):
                 await response.aclose()
 
-    async def _read(self, response: httpx.Response) -> ModelReply | Transient:
+    async def _read(self, response: httpx.Response, sink: TextSink) -> ModelReply | Transient:
         if response.status_code >= 400:
             return await _failed_status(response)
         content_type = response.headers.get("content-type", "")
         if content_type.startswith("application/json"):
-            return assemble_reply([completion_as_chunk(_loads(await response.aread(), "reply"))])
-        payloads: list[str] = []
+            chunk = completion_as_chunk(loads_object(await response.aread(), "reply"))
+            reply = assemble_reply([chunk])
+            sink.append(reply.text)
+            return attrs.evolve(reply, usage=chunk_usage(chunk))
+        reader = StreamReader(sink=sink)
         decoder = SSEDecoder()
         # The loop never leaves early (no return, no raise): httpx's line iterator is a chain of async
         # generators, and one abandoned half-way is finalised by garbage collection, which trio warns
@@ -331,11 +243,11 @@ class OpenAIModel:
         async for line in response.aiter_lines():
             payload = decoder.feed(line)
             if payload is not None:
-                payloads.append(payload)
+                reader.feed(payload)
         last = decoder.flush()
         if last is not None:
-            payloads.append(last)
-        return assemble_reply(chunks_from_payloads(payloads))
+            reader.feed(last)
+        return reader.reply()
 
     async def aclose(self) -> None:
         """Close the connection pool.
@@ -350,26 +262,8 @@ class OpenAIModel:
 async def _failed_status(response: httpx.Response) -> Transient:
     """``Transient`` for a 429/5xx; raises ``ModelError`` at once for any other error status."""
     text = (await response.aread()).decode("utf-8", errors="replace")
-    detail = f"HTTP {response.status_code} from {response.request.url}: {_excerpt(text)}"
+    detail = f"HTTP {response.status_code} from {response.request.url}: {excerpt(text)}"
     if response.status_code == 429 or response.status_code >= 500:
         retry_after = parse_retry_after(response.headers.get("retry-after"))
         return Transient(detail=detail, status=response.status_code, retry_after=retry_after)
     raise ModelError(f"model request failed: {detail}")
-
-
-def _chunk(payload: str) -> dict[str, Any]:
-    chunk = _loads(payload.encode(), "stream chunk")
-    if "error" in chunk:
-        # Servers report a failure that began after the 200 status as an error object in the stream.
-        raise ModelError(f"model stream reported an error: {_excerpt(json.dumps(chunk['error']))}")
-    return chunk
-
-
-def _loads(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise ModelError(f"model sent a malformed {what}: {_excerpt(data.decode(errors='replace'))}") from exc
-    if not isinstance(value, dict):
-        raise ModelError(f"model sent a {what} that is not a JSON object: {_excerpt(str(value))}")
-    return value

@@ -10,10 +10,11 @@ from typing import Any
 import attrs
 import trio
 
-from coordinator.errors import ConfigError
-from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
+from coordinator.errors import ConfigError, ModelError
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, Usage
 
-_ITEM_KEYS = frozenset({"text", "tool_calls", "delay"})
+_ITEM_KEYS = frozenset({"text", "chunks", "chunk_delay", "cut", "tool_calls", "delay"})
+CUT_MESSAGE = "the model stream was cut short: it ended without a finish_reason"
 _CALL_KEYS = frozenset({"id", "name", "input"})
 
 # How much of a tool result the demo model quotes back.
@@ -23,11 +24,21 @@ DEMO_RUN_PREFIX = "run:"
 
 @attrs.frozen(kw_only=True)
 class ScriptItem:
-    """One scripted answer: its text and tool calls, after ``delay`` seconds."""
+    """One scripted answer: its text (streamed as ``chunks``) and tool calls, after ``delay`` seconds.
 
-    text: str = ""
+    ``chunk_delay`` seconds pass between two chunks; ``cut`` ends the stream without a finish, which
+    fails the request (contract section 9).
+    """
+
+    chunks: tuple[str, ...] = ()
     tool_calls: tuple[ModelToolCall, ...] = ()
     delay: float = 0
+    chunk_delay: float = 0
+    cut: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
 
     @classmethod
     def from_json(cls, item: Any, where: str) -> ScriptItem:
@@ -36,23 +47,54 @@ class ScriptItem:
             raise ConfigError(f"expected an object, got {_kind(item)}", where)
         unknown = sorted(set(item) - _ITEM_KEYS)
         if unknown:
-            raise ConfigError(f'unknown key "{unknown[0]}" (expected text, tool_calls, delay)', where)
-        if "text" not in item and "tool_calls" not in item:
-            raise ConfigError('expected "text" or "tool_calls"', where)
-        text = item.get("text", "")
-        if not isinstance(text, str):
-            raise ConfigError(f"expected a string, got {_kind(text)}", f"{where}.text")
+            expected = "text, chunks, chunk_delay, cut, tool_calls, delay"
+            raise ConfigError(f'unknown key "{unknown[0]}" (expected {expected})', where)
+        if not {"text", "chunks", "tool_calls"} & set(item):
+            raise ConfigError('expected "text", "chunks" or "tool_calls"', where)
         calls = item.get("tool_calls", [])
         if not isinstance(calls, list):
             raise ConfigError(f"expected a list, got {_kind(calls)}", f"{where}.tool_calls")
-        delay = item.get("delay", 0)
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
-            raise ConfigError(f"expected a number of seconds >= 0, got {_kind(delay)}", f"{where}.delay")
+        cut = item.get("cut", False)
+        if not isinstance(cut, bool):
+            raise ConfigError(f"expected true or false, got {_kind(cut)}", f"{where}.cut")
         return cls(
-            text=text,
+            chunks=_chunks(item, where),
             tool_calls=tuple(_tool_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)),
-            delay=float(delay),
+            delay=_seconds(item, "delay", where),
+            chunk_delay=_seconds(item, "chunk_delay", where),
+            cut=cut,
         )
+
+
+def _chunks(item: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The item's text as the chunks it streams in: ``chunks``, or ``text`` as one chunk."""
+    if "text" in item and "chunks" in item:
+        raise ConfigError('expected "text" or "chunks", not both', where)
+    if "chunks" in item:
+        chunks = item["chunks"]
+        if not isinstance(chunks, list):
+            raise ConfigError(f"expected a list of strings, got {_kind(chunks)}", f"{where}.chunks")
+        for i, chunk in enumerate(chunks):
+            if not isinstance(chunk, str):
+                raise ConfigError(f"expected a string, got {_kind(chunk)}", f"{where}.chunks[{i}]")
+        return tuple(chunks)
+    text = item.get("text", "")
+    if not isinstance(text, str):
+        raise ConfigError(f"expected a string, got {_kind(text)}", f"{where}.text")
+    return (text,) if text else ()
+
+
+def _seconds(item: dict[str, Any], key: str, where: str) -> float:
+    value = item.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ConfigError(f"expected a number of seconds >= 0, got {_kind(value)}", f"{where}.{key}")
+    return float(value)
+
+
+def scripted_usage(request: ModelRequest, text: str) -> Usage:
+    """The scripted models' usage (contract section 9): characters sent and answered, over 4."""
+    sent = sum(len(message.content or "") for message in request.messages)
+    return Usage(input_tokens=sent // 4, output_tokens=len(text) // 4)
 
 
 def _tool_call(call: Any, where: str) -> ModelToolCall:
@@ -113,15 +155,25 @@ class ScriptedModel:
         return cls(tuple(ScriptItem.from_json(item, f"{label}: item {i}") for i, item in enumerate(data)))
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """Wait for the item's ``delay`` (on trio's clock), then answer with the item.
+        """Wait for the item's ``delay`` (on trio's clock), then stream its chunks to ``request.text``,
+        ``chunk_delay`` apart, and answer with the item.
 
-        **Cancellation:** the answer is abandoned; nothing is kept.
+        **Cancellation:** the answer is abandoned; what was streamed is in ``request.text``.
 
-        **Raises:** nothing; the script was checked when loaded.
+        **Raises:** ``ModelError`` for an item with ``cut`` (its chunks streamed first).
         """
         item = self.items[min(max(request.index, 0), len(self.items) - 1)]
         await trio.sleep(item.delay)  # a checkpoint even when the delay is 0
-        return ModelReply(text=item.text, tool_calls=item.tool_calls)
+        for i, chunk in enumerate(item.chunks):
+            if i:
+                await trio.sleep(item.chunk_delay)
+                await request.text.between_chunks()
+            request.text.append(chunk)
+        if item.cut:
+            raise ModelError(CUT_MESSAGE)
+        return ModelReply(
+            text=item.text, tool_calls=item.tool_calls, usage=scripted_usage(request, item.text)
+        )
 
     async def aclose(self) -> None:
         """Nothing to release."""
@@ -144,7 +196,8 @@ class DemoModel:
         **Raises:** nothing.
         """
         await trio.lowlevel.checkpoint()
-        return demo_reply(request)
+        reply = demo_reply(request)
+        return attrs.evolve(reply, usage=scripted_usage(request, reply.text))
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -169,6 +169,7 @@ def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStrea
         session_id=session_id,
         follow=_bool_query(request, "follow", True),
         keepalive=request.app.state.keepalive,
+        deltas=_bool_query(request, "deltas", False),
     )
 
 
@@ -181,6 +182,12 @@ _EVENT_PARAMETERS = (
         where="query",
         hint=bool,
         description="true (default): replay, then stream live; false: end after the stored events",
+    ),
+    Parameter(
+        name="deltas",
+        where="query",
+        hint=bool,
+        description="true: the live part also carries session.text.delta (no id line, seq null)",
     ),
     Parameter(
         name="Last-Event-ID",

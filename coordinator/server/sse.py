@@ -1,7 +1,8 @@
 """Server-sent events: the event stream of the whole server or of one session, replayed then live.
 
 Each event is ``id: SEQ``, ``event: TYPE``, ``data: JSON`` (exactly ``Event.to_dict()``) and a blank
-line. A comment line keeps an idle connection alive. A slow client only delays its own stream: the bus
+line; a live-only event (``session.text.delta``, asked for with ``?deltas=true``) has no ``id:`` line,
+so a client's ``Last-Event-ID`` never moves for it. A comment line keeps an idle connection alive. A slow client only delays its own stream: the bus
 never waits for a subscriber, and what queued up meanwhile goes out as one chunk.
 """
 
@@ -41,6 +42,8 @@ _HEADERS = [
 def encode(event: Event) -> bytes:
     """One event in the ``text/event-stream`` format."""
     data = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    if event.seq is None:
+        return f"event: {event.type}\ndata: {data}\n\n".encode()
     return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
@@ -82,6 +85,7 @@ class EventStream:
     session_id: str | None
     follow: bool
     keepalive: float = KEEPALIVE_SECONDS
+    deltas: bool = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
@@ -96,7 +100,9 @@ class EventStream:
 
     async def _stream(self, send: Send) -> None:
         """Replayed, then live: a batch at a time, a keep-alive comment after ``keepalive`` idle seconds."""
-        subscription = self.coordinator.subscribe(after=self.after, session_id=self.session_id)
+        subscription = self.coordinator.subscribe(
+            after=self.after, session_id=self.session_id, deltas=self.deltas
+        )
         async with contextlib.aclosing(subscription):
             while True:
                 batch: list[Event] | None = None
@@ -119,7 +125,7 @@ class EventStream:
             if not page:
                 return
             await _send_body(send, b"".join(map(encode, page)))
-            last = page[-1].seq
+            last = page[-1].stored_seq
 
 
 async def _send_body(send: Send, body: bytes) -> None:

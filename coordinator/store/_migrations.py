@@ -159,4 +159,13 @@ def _v2(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE tool_calls ADD COLUMN process_group TEXT")
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2]
+def _v3(db: apsw.Connection) -> None:
+    # A text part's status (contract section 9): "complete", or the word of the stop that cut the
+    # model's streamed text short ("interrupted", "timeout", "shutdown"). Older parts were complete.
+    db.execute("ALTER TABLE parts ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
+    # The text a running step had streamed at its last save (at most one a second while it streams):
+    # what a start after a crash keeps of it (design/events.md).
+    db.execute("ALTER TABLE steps ADD COLUMN streamed_text TEXT")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3]

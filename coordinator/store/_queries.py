@@ -14,7 +14,7 @@ import apsw
 
 from coordinator import errors, wire
 from coordinator.events import Event
-from coordinator.reasons import StopReason
+from coordinator.reasons import StopReason, TextStatus
 from coordinator.records import (
     ClaimView,
     Form,
@@ -227,6 +227,14 @@ class Queries:
             "UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, dump_reason(reason), step_id)
         )
 
+    def save_streamed_text(self, step_id: str, text: str) -> None:
+        self.db.execute("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
+
+    def streamed_text(self, step_id: str) -> str:
+        """The text a step had streamed at its last save ("" when none was saved)."""
+        row = self._one("SELECT streamed_text FROM steps WHERE id = ?", (step_id,))
+        return "" if row is None or row[0] is None else str(row[0])
+
     def running_steps(self, turn_id: str) -> list[str]:
         rows = self._all(
             "SELECT id FROM steps WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,)
@@ -243,10 +251,11 @@ class Queries:
             (message_id, session_id, turn_id, role, ord, created_at),
         )
 
-    def add_text_part(self, message_id: str, text: str) -> None:
+    def add_text_part(self, message_id: str, text: str, status: TextStatus = "complete") -> None:
         ord = self._next_ord("parts", "message_id = ?", (message_id,))
         self.db.execute(
-            "INSERT INTO parts(message_id, ord, kind, text) VALUES (?, ?, 'text', ?)", (message_id, ord, text)
+            "INSERT INTO parts(message_id, ord, kind, text, status) VALUES (?, ?, 'text', ?, ?)",
+            (message_id, ord, text, status),
         )
 
     def add_tool_part(self, message_id: str, call_id: str) -> None:
@@ -268,7 +277,7 @@ class Queries:
         """
         calls = {c.call_id: c for c in self.tool_calls_of_session(session_id)}
         rows = self._all(
-            "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id "
+            "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status "
             "FROM messages m LEFT JOIN parts p ON p.message_id = m.id "
             "WHERE m.session_id = ? ORDER BY m.ord, p.ord",
             (session_id,),
@@ -278,8 +287,8 @@ class Queries:
             first, *rest = group
             _, turn_id, role, created_at = first[:4]
             parts: list[TextPart | ToolPart] = [
-                TextPart(text=text) if kind == "text" else _tool_part(calls[call_id])
-                for *_, kind, text, call_id in (first, *rest)
+                TextPart(text=text, status=status) if kind == "text" else _tool_part(calls[call_id])
+                for *_, kind, text, call_id, status in (first, *rest)
                 if kind is not None  # a message without parts joins one row of NULLs
             ]
             result.append(

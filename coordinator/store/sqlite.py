@@ -215,7 +215,7 @@ class SqliteStore:
 
     def _committed(self, events: list[Event]) -> None:
         if events:
-            self.last_own_seq = events[-1].seq
+            self.last_own_seq = events[-1].stored_seq
             for callback in self._on_commit:
                 callback(events)
         self._durability.committed(events)

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from coordinator.config import ModelConfig
 from coordinator.errors import ModelError
-from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, ToolSpec
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, ToolSpec, Usage
 from coordinator.models.openai import (
     OpenAIModel,
     SSEDecoder,
@@ -25,6 +26,7 @@ from coordinator.models.openai import (
 )
 from tests.model_server import (
     Call,
+    Cut,
     Drop,
     Hang,
     HttpError,
@@ -33,9 +35,17 @@ from tests.model_server import (
     Text,
     ToolCalls,
     serve_model,
+    usage_of,
 )
 
 KEY_ENV = "COORDINATOR_TEST_OPENAI_KEY"
+
+
+def bare(reply: ModelReply) -> ModelReply:
+    """The reply without its usage (tested on its own)."""
+    return attrs.evolve(reply, usage=None)
+
+
 NO_WAIT = (0.0, 0.0, 0.0, 0.0)
 
 SHELL = ToolSpec(
@@ -108,6 +118,7 @@ def test_request_body_is_openai_chat_format() -> None:
     assert build_request_body(request(), "gpt-test") == {
         "model": "gpt-test",
         "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": HISTORY_JSON,
         "tools": [
             {
@@ -125,7 +136,12 @@ def test_request_body_is_openai_chat_format() -> None:
 def test_request_body_omits_empty_tools() -> None:
     """Some servers reject an empty tools list, so a request without tools must not send one."""
     body = build_request_body(request(messages=HISTORY[:2], tools=()), "m")
-    assert body == {"model": "m", "stream": True, "messages": HISTORY_JSON[:2]}
+    assert body == {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": HISTORY_JSON[:2],
+    }
 
 
 def test_assemble_reply_joins_interleaved_fragments_by_index() -> None:
@@ -197,7 +213,7 @@ def test_retry_delay_prefers_the_servers_wish_up_to_the_cap() -> None:
 async def test_text_reply_is_joined_from_deltas() -> None:
     """A streamed text reply arrives in many small deltas and must come back whole and in order."""
     async with served([Text(text="Hello there, how can I help?")]) as (_, model):
-        assert await model.complete(request()) == ModelReply(text="Hello there, how can I help?")
+        assert bare(await model.complete(request())) == ModelReply(text="Hello there, how can I help?")
 
 
 async def test_parallel_tool_calls_are_assembled_from_split_arguments() -> None:
@@ -208,7 +224,7 @@ async def test_parallel_tool_calls_are_assembled_from_split_arguments() -> None:
     )
     async with served([ToolCalls(calls=calls, text="Running both.")]) as (_, model):
         reply = await model.complete(request())
-    assert reply == ModelReply(
+    assert bare(reply) == ModelReply(
         text="Running both.",
         tool_calls=tuple(ModelToolCall(id=c.id, name=c.name, input=c.input) for c in calls),
     )
@@ -217,7 +233,7 @@ async def test_parallel_tool_calls_are_assembled_from_split_arguments() -> None:
 async def test_server_receives_the_exact_request_body() -> None:
     """Tool results must reach the model paired with the calls that asked for them."""
     async with served([{"text": "ok"}]) as (mock, model):
-        assert await model.complete(request()) == ModelReply(text="ok")
+        assert bare(await model.complete(request())) == ModelReply(text="ok")
     assert mock.requests == [build_request_body(request(), "gpt-test")]
     assert mock.requests[0]["messages"] == HISTORY_JSON
     assert [tool["function"]["name"] for tool in mock.requests[0]["tools"]] == ["shell"]
@@ -228,21 +244,23 @@ async def test_non_streamed_json_reply_is_accepted() -> None:
     calls = (Call(id="c1", name="shell", input={"command": "pwd"}),)
     async with served([ToolCalls(calls=calls, text="", streamed=False)]) as (_, model):
         reply = await model.complete(request())
-    assert reply == ModelReply(tool_calls=(ModelToolCall(id="c1", name="shell", input={"command": "pwd"}),))
+    assert bare(reply) == ModelReply(
+        tool_calls=(ModelToolCall(id="c1", name="shell", input={"command": "pwd"}),)
+    )
 
 
 async def test_server_errors_are_retried_until_success() -> None:
     """A transient 5xx must not fail a turn while the provider recovers."""
     replies = [HttpError(status=500), HttpError(status=502), Text(text="recovered")]
     async with served(replies) as (mock, model):
-        assert await model.complete(request()) == ModelReply(text="recovered")
+        assert bare(await model.complete(request())) == ModelReply(text="recovered")
     assert len(mock.requests) == 3
 
 
 async def test_dropped_stream_is_retried_whole() -> None:
     """A connection cut mid-stream is a transport error; the partial text must not leak into the reply."""
     async with served([Drop(text="partial "), Text(text="whole")]) as (mock, model):
-        assert await model.complete(request()) == ModelReply(text="whole")
+        assert bare(await model.complete(request())) == ModelReply(text="whole")
     assert len(mock.requests) == 2
 
 
@@ -251,7 +269,7 @@ async def test_rate_limit_waits_for_retry_after_up_to_the_cap() -> None:
     replies = [HttpError(status=429, retry_after="1"), Text(text="ok")]
     async with served(replies, retry_after_cap=0.2) as (mock, model):
         started = trio.current_time()
-        assert await model.complete(request()) == ModelReply(text="ok")
+        assert bare(await model.complete(request())) == ModelReply(text="ok")
         elapsed = trio.current_time() - started
     assert len(mock.requests) == 2
     assert 0.2 <= elapsed < 1.0
@@ -314,7 +332,7 @@ async def test_empty_api_key_sends_no_authorization(monkeypatch: pytest.MonkeyPa
     """Local servers take no key; an empty 'Bearer ' header would be rejected by some of them."""
     monkeypatch.delenv(KEY_ENV, raising=False)
     async with served(lambda index, body: Text(text=f"{index}:{body['model']}")) as (mock, model):
-        assert await model.complete(request()) == ModelReply(text="0:gpt-test")
+        assert bare(await model.complete(request())) == ModelReply(text="0:gpt-test")
     assert "authorization" not in mock.headers[0]
 
 
@@ -324,3 +342,57 @@ async def test_api_key_from_env_is_sent_as_bearer(monkeypatch: pytest.MonkeyPatc
     async with served([Text(text="ok")]) as (mock, model):
         await model.complete(request())
     assert mock.headers[0]["authorization"] == "Bearer sk-test-123"
+
+
+@attrs.define
+class Pieces:
+    """A ``TextSink`` recording what the client streamed, and how often it started over."""
+
+    pieces: list[str] = attrs.Factory(list)
+    restarts: int = 0
+
+    def append(self, piece: str) -> None:
+        self.pieces.append(piece)
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self.pieces.clear()
+
+    async def between_chunks(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def test_text_streams_to_the_sink_as_it_arrives_and_usage_is_reported() -> None:
+    """Deltas need the text piece by piece, in order; usage is what the endpoint reported."""
+    sink = Pieces()
+    async with served([Text(text="Hello there, friend")]) as (mock, model):
+        reply = await model.complete(attrs.evolve(request(), text=sink))
+    assert sink.pieces == ["Hell", "o th", "ere,", " fri", "end"]
+    assert reply.text == "Hello there, friend"
+    expected = usage_of(mock.requests[0], reply.text)
+    assert reply.usage == Usage(
+        input_tokens=expected["prompt_tokens"], output_tokens=expected["completion_tokens"]
+    )
+
+
+@pytest.mark.parametrize("done", [True, False])
+async def test_a_stream_without_finish_reason_is_retried_then_fails(done: bool) -> None:
+    """A clean but early end is a cut, never a whole answer: retried, then a model error saying so."""
+    sink = Pieces()
+    async with served([Cut(text="half a sen", done=done)]) as (mock, model):
+        with pytest.raises(ModelError, match="cut short") as raised:
+            await model.complete(attrs.evolve(request(), text=sink))
+    assert len(mock.requests) == 1 + len(NO_WAIT)
+    assert "after 5 attempts" in str(raised.value)
+    assert sink.restarts == len(NO_WAIT)
+    assert "".join(sink.pieces) == "half a sen"
+
+
+async def test_a_cut_stream_that_recovers_on_retry_restarts_the_text() -> None:
+    """The retry's text replaces the cut one: nothing of the first attempt leaks into the reply."""
+    sink = Pieces()
+    async with served([Cut(text="half"), Text(text="whole answer")]) as (_, model):
+        reply = await model.complete(attrs.evolve(request(), text=sink))
+    assert reply.text == "whole answer"
+    assert "".join(sink.pieces) == "whole answer"
+    assert sink.restarts == 1

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from coordinator.config import Config, ModelConfig
-from coordinator.errors import ConfigError
-from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
+from coordinator.errors import ConfigError, ModelError
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, Usage
 from coordinator.models.factory import build_model
 from coordinator.models.scripted import DemoModel, ScriptedModel
 
@@ -33,6 +34,11 @@ def request(index: int, *messages: ChatMessage) -> ModelRequest:
     return ModelRequest(session_id="s1", index=index, messages=messages, tools=())
 
 
+def bare(reply: ModelReply) -> ModelReply:
+    """The reply without its usage (tested on its own)."""
+    return attrs.evolve(reply, usage=None)
+
+
 def user(text: str) -> ChatMessage:
     return ChatMessage(role="user", content=text)
 
@@ -42,7 +48,7 @@ async def test_request_i_gets_item_i_and_then_the_last_item(tmp_path: Path) -> N
     model = ScriptedModel.from_file(write_script(tmp_path, SCRIPT))
     replies = [await model.complete(request(i)) for i in (0, 2, 3, 9)]
     call = ModelToolCall(id="c1", name="shell", input={"command": "echo hi"})
-    assert replies == [
+    assert [bare(r) for r in replies] == [
         ModelReply(tool_calls=(call,)),
         ModelReply(text="last"),
         ModelReply(text="last"),
@@ -57,7 +63,7 @@ async def test_delay_waits_on_trio_clock_before_answering(
     """The delay is trio time, so tests drive a slow model with the mock clock."""
     model = ScriptedModel.from_file(write_script(tmp_path, SCRIPT))
     start = trio.current_time()
-    assert await model.complete(request(1)) == ModelReply(text="first")
+    assert bare(await model.complete(request(1))) == ModelReply(text="first")
     assert trio.current_time() - start == 5
 
 
@@ -92,8 +98,20 @@ def test_malformed_script_file_names_the_file(tmp_path: Path, content: str, mess
     ("item", "where", "message"),
     [
         ("hello", "item 1", 'expected an object, got "hello"'),
-        ({"delay": 1}, "item 1", 'expected "text" or "tool_calls"'),
-        ({"text": "x", "colour": 1}, "item 1", 'unknown key "colour" (expected text, tool_calls, delay)'),
+        ({"delay": 1}, "item 1", 'expected "text", "chunks" or "tool_calls"'),
+        (
+            {"text": "x", "colour": 1},
+            "item 1",
+            'unknown key "colour" (expected text, chunks, chunk_delay, cut, tool_calls, delay)',
+        ),
+        ({"text": "x", "chunks": ["x"]}, "item 1", 'expected "text" or "chunks", not both'),
+        ({"chunks": ["x", 1]}, "item 1.chunks[1]", "expected a string, got 1"),
+        ({"chunks": ["x"], "cut": "yes"}, "item 1.cut", 'expected true or false, got "yes"'),
+        (
+            {"chunks": ["x"], "chunk_delay": -1},
+            "item 1.chunk_delay",
+            "expected a number of seconds >= 0, got -1",
+        ),
         ({"text": 3}, "item 1.text", "expected a string, got 3"),
         ({"tool_calls": {}}, "item 1.tool_calls", "expected a list, got an object"),
         ({"text": "x", "delay": -1}, "item 1.delay", "expected a number of seconds >= 0, got -1"),
@@ -143,13 +161,13 @@ async def test_tool_call_without_input_gets_an_empty_object(tmp_path: Path) -> N
 async def test_demo_model_echoes_a_prompt() -> None:
     """Without a script a newcomer still gets an answer."""
     reply = await DemoModel().complete(request(0, user("hello")))
-    assert reply == ModelReply(text="You said: hello")
+    assert bare(reply) == ModelReply(text="You said: hello")
 
 
 async def test_demo_model_runs_shell_for_run_prefix() -> None:
     """``run:`` shows the tool path: a shell call with the rest of the prompt as its command."""
     reply = await DemoModel().complete(request(3, user("run:  echo hi  ")))
-    assert reply == ModelReply(
+    assert bare(reply) == ModelReply(
         tool_calls=(ModelToolCall(id="call_3", name="shell", input={"command": "echo hi"}),)
     )
     empty = await DemoModel().complete(request(0, user("run:   ")))
@@ -165,7 +183,7 @@ async def test_demo_model_summarises_a_tool_result() -> None:
         ChatMessage(role="tool", tool_call_id="call_0", content=result),
     )
     reply = await DemoModel().complete(request(1, *history))
-    assert reply == ModelReply(text=f"The command finished: {result[:200]}")
+    assert bare(reply) == ModelReply(text=f"The command finished: {result[:200]}")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +194,7 @@ async def test_demo_model_reports_a_failed_tool_call(content: str) -> None:
     """A failure is told as a failure, not as a finished command."""
     history = (user("run: rm x"), ChatMessage(role="tool", tool_call_id="call_0", content=content))
     reply = await DemoModel().complete(request(1, *history))
-    assert reply == ModelReply(text=f"The tool call failed: {content}")
+    assert bare(reply) == ModelReply(text=f"The tool call failed: {content}")
 
 
 async def test_demo_model_ignores_a_trailing_system_note() -> None:
@@ -216,3 +234,45 @@ def test_build_model_rejects_an_unknown_provider(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         build_model(config)
     assert str(caught.value) == '[model].provider: expected one of openai, scripted, got "local"'
+
+
+@attrs.define
+class Pieces:
+    """A ``TextSink`` that records what a model streamed, and when."""
+
+    pieces: list[tuple[float, str]] = attrs.Factory(list)
+    boundaries: int = 0
+
+    def append(self, piece: str) -> None:
+        self.pieces.append((trio.current_time(), piece))
+
+    def restart(self) -> None:
+        self.pieces.clear()
+
+    async def between_chunks(self) -> None:
+        self.boundaries += 1
+        await trio.lowlevel.checkpoint()
+
+
+async def test_chunks_stream_one_by_one_chunk_delay_apart(autojump_clock: trio.testing.MockClock) -> None:
+    """Each chunk reaches the step as it is sent, so a stop between two keeps exactly the first ones."""
+    model = ScriptedModel.from_json([{"chunks": ["He", "llo", " wörld"], "chunk_delay": 0.5, "delay": 1}])
+    sink = Pieces()
+    start = trio.current_time()
+    reply = await model.complete(
+        ModelRequest(session_id="s", index=0, messages=(user("hi there"),), tools=(), text=sink)
+    )
+    assert [(t - start, p) for t, p in sink.pieces] == [(1, "He"), (1.5, "llo"), (2, " wörld")]
+    assert sink.boundaries == 2
+    assert reply.text == "Hello wörld"
+    # Contract section 9: characters sent (8) and answered (11), over 4, rounded down.
+    assert reply.usage == Usage(input_tokens=2, output_tokens=2)
+
+
+async def test_cut_streams_its_chunks_then_fails_the_request() -> None:
+    """A stream that ends without a finish is broken: the request fails after what it streamed."""
+    model = ScriptedModel.from_json([{"chunks": ["half a ", "sent"], "cut": True}])
+    sink = Pieces()
+    with pytest.raises(ModelError, match="cut short"):
+        await model.complete(ModelRequest(session_id="s", index=0, messages=(), tools=(), text=sink))
+    assert [p for _, p in sink.pieces] == ["half a ", "sent"]

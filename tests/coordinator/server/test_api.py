@@ -187,11 +187,11 @@ async def test_session_routes_answer_as_the_contract_says(done_api: Api) -> None
     assert history.status_code == 200
     messages = history.json()
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
-    assert messages[0]["parts"] == [{"type": "text", "text": "say hi"}]
+    assert messages[0]["parts"] == [{"type": "text", "text": "say hi", "status": "complete"}]
     tool = messages[1]["parts"][-1]
     assert (tool["type"], tool["name"], tool["state"]) == ("tool", "shell", "succeeded")
     assert tool["output"]["exit_code"] == 0 and tool["output"]["stdout"].strip() == "hi"
-    assert messages[2]["parts"] == [{"type": "text", "text": "done"}]
+    assert messages[2]["parts"] == [{"type": "text", "text": "done", "status": "complete"}]
     assert [m.role for m in await api.client.history(session["id"])] == ["user", "assistant", "assistant"]
 
 
