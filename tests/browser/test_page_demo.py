@@ -22,10 +22,6 @@ def run(page: Page, command: str) -> None:
     expect(page.get_by_role("dialog")).to_contain_text(command)
 
 
-def outcome(page: Page) -> str:
-    return str(page.locator(".turn-note[data-type='session.idle']").last.text_content())
-
-
 def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Path) -> None:
     """A normal turn, a decline, an interrupted wait, and a shutdown whose restored request is answered."""
     config, db = serve_config(tmp_path, None), tmp_path / "db.sqlite"
@@ -36,6 +32,7 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         page.get_by_role("button", name="Allow once").click()
         expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
         expect(page.locator(".call .output")).to_contain_text("hello from the page")
+        expect(page.locator(".step .text").last).to_contain_text("The command finished")
 
         new_session(page, "declined")
         run(page, "echo no")

@@ -63,6 +63,7 @@ def test_an_interrupt_from_elsewhere_closes_the_dialog_with_its_reason_and_the_p
         expect(page.locator(".turn")).to_have_count(2)
         expect(page.locator(".turn").last.locator(".prompt")).to_contain_text("and now?")
         expect(page.locator(".turn").last.locator(".turn-note").last).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn").last.locator(".step .text")).to_have_text("done")
         expect(page.get_by_role("textbox", name="Prompt")).to_have_value("")
         page.screenshot(path=tmp_path / "3-next-turn.png", full_page=True)
         with api(server.url) as http:
