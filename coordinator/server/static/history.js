@@ -127,8 +127,9 @@ export class History {
         nested,
       );
       node.dataset.callId = callId;
+      if (typeof input?.code === "string") details.append(el("details", {}, el("summary", {}, "code"), el("pre", {}, input.code)));
       where.append(node);
-      this.calls.set(callId, { node, state, details, nested, logs: null });
+      this.calls.set(callId, { name, node, state, details, nested, logs: null, output: null });
     }
     return this.calls.get(callId);
   }
@@ -158,15 +159,20 @@ export class History {
     call.logs.textContent += `${line}\n`;
   }
 
-  output(call, value) {
-    call.details.append(el("pre", { class: "output" }, preview(value)));
+  // One output a call: a nested call's output may come from its own settlement and from its parent's
+  // progress; an execute call's result is shown alone (its logs and nested calls are shown already).
+  output(call, value, name) {
+    const shown = name === "execute" && value && typeof value === "object" && "result" in value ? value.result : value;
+    call.output?.remove();
+    call.output = el("pre", { class: "output" }, preview(shown));
+    call.details.append(call.output);
   }
 
   toolSucceeded(event) {
     const call = this.calls.get(event.call_id);
     if (!call) return;
     this.setState(call, "succeeded");
-    this.output(call, event.output);
+    this.output(call, event.output, call.name);
   }
 
   toolFailed(event) {
@@ -180,7 +186,7 @@ export class History {
       for (const nested of partial.calls || []) {
         const inner = this.call(nested.call_id, nested.name, nested.input, call.nested);
         this.setState(inner, nested.status);
-        if (nested.output !== undefined && !inner.details.childElementCount) this.output(inner, nested.output);
+        if (nested.output !== undefined && !inner.output) this.output(inner, nested.output);
       }
     }
   }
@@ -253,6 +259,8 @@ const HANDLERS = {
 // The one line of a call's input a person wants to see.
 function summary(name, input) {
   if (!input || typeof input !== "object") return preview(input, 200);
-  const line = input.command ?? input.prompt ?? input.code ?? input.questions?.map((q) => q.prompt).join(" / ");
+  const code = input.code?.split("\n");
+  const firstLine = code && (code.length > 1 ? `${code[0]} …` : code[0]);
+  const line = input.command ?? input.prompt ?? firstLine ?? input.questions?.map((q) => q.prompt).join(" / ");
   return preview(line ?? input, 200);
 }

@@ -1,0 +1,37 @@
+"""A session's history on the page: tool calls with their state, and the nested calls of execute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.harness import ServerThread, plain_server, scripted_config
+from tests.browser.test_page_dialogs import DONE, open_session, send_prompt
+
+CODE = 'print("listing")\nfirst = await tools.shell(command="echo nested")\nreturn first["stdout"].strip()'
+EXECUTE = {"tool_calls": [{"id": "call_exec", "name": "execute", "input": {"code": CODE}}]}
+
+
+def test_the_nested_calls_of_execute_sit_under_it_with_their_own_state_and_dialog(
+    page: Page, tmp_path: Path
+) -> None:
+    """A nested call asks permission like any call: the page must show which call asks, and where."""
+    with ServerThread(lambda: plain_server(scripted_config(tmp_path, [EXECUTE, DONE]))) as server:
+        open_session(page, server.url, "execute")
+        send_prompt(page, "script it")
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("echo nested")
+        execute = page.locator(".call[data-call-id='call_exec']")
+        nested = execute.locator(".nested > .call")
+        expect(nested).to_have_count(1)
+        expect(nested).to_have_attribute("data-state", "waiting")
+        expect(execute.locator("> .call-head .call-state")).to_have_text("running")
+        page.screenshot(path=tmp_path / "nested-asks.png", full_page=True)
+        dialog.get_by_role("button", name="Allow once").click()
+        expect(execute).to_have_attribute("data-state", "succeeded")
+        expect(nested).to_have_attribute("data-state", "succeeded")
+        expect(execute.locator("> .call-details .logs")).to_have_text("listing")
+        expect(execute.locator("> .call-details .output")).to_have_text("nested")
+        expect(page.locator(".step .text").last).to_have_text("done")
+        page.screenshot(path=tmp_path / "nested-done.png", full_page=True)
