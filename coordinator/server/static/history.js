@@ -104,7 +104,9 @@ export class History {
 
   toolStarted(event) {
     const parent = event.parent_call_id ? this.calls.get(event.parent_call_id) : null;
-    const where = parent ? parent.nested : this.stepOfTurn(event.turn_id).tools;
+    const step = this.stepOfTurn(event.turn_id);
+    const where = parent ? parent.nested : step.tools;
+    if (step.text.dataset.status === "streaming") step.text.dataset.status = "written"; // the model moved on to its calls
     const call = this.call(event.call_id, event.name, event.input, where);
     this.setState(call, "running");
   }
@@ -162,9 +164,8 @@ export class History {
   // One output a call: a nested call's output may come from its own settlement and from its parent's
   // progress; an execute call's result is shown alone (its logs and nested calls are shown already).
   output(call, value, name) {
-    const shown = name === "execute" && value && typeof value === "object" && "result" in value ? value.result : value;
     call.output?.remove();
-    call.output = el("pre", { class: "output" }, preview(shown));
+    call.output = el("pre", { class: "output" }, preview(outputText(name, value)));
     call.details.append(call.output);
   }
 
@@ -255,6 +256,18 @@ const HANDLERS = {
   "form.revoked": "waitSettled",
   "session.idle": "idle",
 };
+
+// What a person reads of a call's output: a shell call's streams and exit code as text, an execute
+// call's result (its logs and nested calls are shown already), anything else as it is.
+function outputText(name, value) {
+  if (!value || typeof value !== "object") return value;
+  if (name === "execute" && "result" in value) return value.result;
+  if (typeof value.stdout === "string" && "exit_code" in value) {
+    const stderr = value.stderr ? `\n${value.stderr}` : "";
+    return `${value.stdout}${stderr}\n(exit code ${value.exit_code})`;
+  }
+  return value;
+}
 
 // The one line of a call's input a person wants to see.
 function summary(name, input) {
