@@ -6,6 +6,7 @@ import { Dialogs } from "./dialogs.js";
 import { el } from "./dom.js";
 import { EventFollower } from "./sse.js";
 import { History } from "./history.js";
+import { sessionItems } from "./sessions.js";
 
 // The list has no event stream of its own: it is read again this often, and after each turn event.
 const LIST_REFRESH_MS = 2000;
@@ -53,32 +54,10 @@ setTokenPrompt(
 
 async function refreshSessions() {
   const sessions = await api("GET", path.sessions());
-  const byParent = new Map();
-  for (const session of sessions) {
-    const parent = session.parent?.session_id ?? null;
-    if (!byParent.has(parent)) byParent.set(parent, []);
-    byParent.get(parent).push(session);
-  }
-  $("sessions").replaceChildren(...sessionItems(byParent, null));
+  $("sessions").replaceChildren(...sessionItems(sessions, page.sessionId));
   const shown = sessions.find((session) => session.id === page.sessionId);
   if (shown) showSessionHead(shown);
-}
-
-// Newest first; a sub-agent session is listed under its parent.
-function sessionItems(byParent, parent) {
-  const sessions = [...(byParent.get(parent) || [])].sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
-  return sessions.map((session) => {
-    const children = sessionItems(byParent, session.id);
-    const link = el(
-      "a",
-      { href: `#/session/${encodeURIComponent(session.id)}`, "aria-current": session.id === page.sessionId && "page" },
-      el("span", { class: "title" }, session.title || session.id),
-      " ",
-      el("span", { class: `status ${session.status}` }, session.status),
-      session.last_outcome ? el("span", { class: "outcome" }, ` · ${session.last_outcome}`) : null,
-    );
-    return el("li", {}, link, children.length ? el("ul", {}, ...children) : null);
-  });
+  else if (page.sessionId) showSessionHead(await api("GET", path.session(page.sessionId))); // not on the first page
 }
 
 // One refresh at a time; an event that arrives during one asks for another after it, so the list
