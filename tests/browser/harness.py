@@ -33,7 +33,8 @@ from tests.conftest import ASK_SHELL, make_config
 from tests.coordinator.server.harness import hypercorn_app, serving
 from tests.servers import server_env
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("COORDINATOR_TEST_CHROMIUM", "/usr/bin/chromium"))
+"""Debian's Chromium; the variable exists so that a test can check what happens without it."""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -54,6 +54,9 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         expect(page.locator("#connection")).to_have_text("reconnecting…")
         expect(page.locator(".turn-note").last).to_contain_text("suspended: shutdown")
         expect(page.get_by_role("dialog")).to_have_attribute("data-id", str(request_id))  # still pending
+        page.get_by_role("button", name="Allow once").click()  # nobody to answer: the dialog stays usable
+        expect(page.get_by_role("dialog").get_by_role("alert")).to_contain_text("Not sent")
+        expect(page.get_by_role("button", name="Allow once")).to_be_enabled()
         page.screenshot(path=tmp_path / "server-down.png", full_page=True)
 
     with ServeProcess(config, db, tmp_path, port=port) as again:
@@ -63,6 +66,7 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         expect(dialog).to_have_count(1)
         expect(dialog).to_have_attribute("data-id", str(request_id))
         expect(dialog).to_have_class("dialog permission restored")
+        expect(dialog.get_by_role("alert")).to_contain_text("Not sent")  # until the person tries again
         fresh = new_page(page.context.browser)  # a page opened after the restart shows it too
         fresh.goto(page.url)
         expect(fresh.get_by_role("dialog")).to_have_attribute("data-id", str(request_id))
