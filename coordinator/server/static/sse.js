@@ -93,14 +93,20 @@ export class EventFollower {
     if (frame.id !== null) this.lastId = frame.id;
     if (frame.data === null) return; // a comment (keep-alive) or an empty frame
     const data = JSON.parse(frame.data);
-    if (frame.event === "session.text.delta") {
-      this.handlers.onDelta(data);
-    } else if (typeof data.seq === "number") {
-      if (data.seq <= this.lastSeq) return; // already shown
-      this.lastSeq = data.seq;
-      this.handlers.onEvent(data);
-    } else {
-      this.handlers.onFrame(frame.event, data); // stream.truncated and other frames without seq
+    try {
+      if (frame.event === "session.text.delta") {
+        this.handlers.onDelta(data);
+      } else if (typeof data.seq === "number") {
+        if (data.seq <= this.lastSeq) return; // already shown
+        this.lastSeq = data.seq;
+        this.handlers.onEvent(data);
+      } else {
+        this.handlers.onFrame(frame.event, data); // stream.truncated and other frames without seq
+      }
+    } catch (error) {
+      // One event the page cannot show must not stop the stream, nor be retried forever: it is
+      // reported as an uncaught error (the browser tests fail on any) and the stream goes on.
+      reportError(error);
     }
   }
 }
