@@ -111,7 +111,7 @@ def test_a_reply_from_another_tab_closes_this_tabs_dialog_and_says_so(page: Page
         other.get_by_role("dialog").get_by_role("button", name="Allow once").click()
         expect(other.get_by_role("status")).to_contain_text('Permission for shell "echo hi": allowed (once)')
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
-        expect(page.get_by_role("status")).to_contain_text("replied elsewhere: once")
+        expect(page.get_by_role("status")).to_contain_text('Permission for shell "echo hi": replied: once')
         expect(page.locator(".call").first).to_have_attribute("data-state", "succeeded")
         expect(page.locator(".turn-note").last).to_have_text("outcome: succeeded")
         other.close()
@@ -173,9 +173,7 @@ def test_a_question_form_is_submitted_dismissed_or_closed_when_dismissed_elsewhe
             form = http.get(f"/api/session/{elsewhere}/form").json()[0]
             assert http.delete(f"/api/session/{elsewhere}/form/{form['id']}").status_code == 200
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
-        expect(page.get_by_role("status")).to_contain_text(
-            'Question "Go on?": cancelled: dismissed elsewhere'
-        )
+        expect(page.get_by_role("status")).to_contain_text('Question "Go on?": cancelled: dismissed')
 
 
 def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer(page: Page, tmp_path: Path) -> None:
@@ -197,3 +195,28 @@ def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer(page: Page, tmp_pa
         expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
         expect(page.locator("#token-form")).to_be_hidden()
         assert page.evaluate("sessionStorage.getItem('coordinator.token')") == "s3cret"
+
+
+def test_always_allow_closes_the_other_dialogs_its_rule_now_allows(page: Page, tmp_path: Path) -> None:
+    """`always` resolves the session's other pending requests: their dialogs must not wait for a click."""
+    twice = {
+        "tool_calls": [
+            {"id": "call_a", "name": "shell", "input": {"command": "echo hi"}},
+            {"id": "call_b", "name": "shell", "input": {"command": "echo hi"}},
+        ]
+    }
+    with ServerThread(lambda: plain_server(scripted_config(tmp_path, [twice, DONE]))) as server:
+        open_session(page, server.url, "always")
+        send_prompt(page, "run both")
+        dialogs = page.get_by_role("dialog")
+        expect(dialogs).to_have_count(2)
+        dialogs.first.get_by_role("button", name="Always allow").click()
+        expect(dialogs).to_have_count(0, timeout=1000)
+        notices = page.get_by_role("status").locator("p")
+        expect(notices).to_have_count(2, timeout=1000)
+        assert sorted(notices.all_text_contents()) == [  # the cascade may be heard before the answer
+            'Permission for shell "echo hi": allowed (always)',
+            'Permission for shell "echo hi": replied: always',
+        ]
+        expect(page.locator(".call[data-state='succeeded']")).to_have_count(2)
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")

@@ -29,11 +29,11 @@ export class Dialogs {
   apply(event) {
     const handlers = {
       "permission.asked": () => this.showPermission(event.request, event.restored === true),
-      "permission.replied": () => this.closed(event.request_id, `replied elsewhere: ${event.decision}`),
+      "permission.replied": () => this.closed(event.request_id, `replied: ${event.decision}`),
       "permission.revoked": () => this.closed(event.request_id, `revoked: ${reasonWords(event.reason)}`),
       "form.asked": () => this.showForm(event.form, event.restored === true),
-      "form.submitted": () => this.closed(event.form_id, "submitted elsewhere"),
-      "form.cancelled": () => this.closed(event.form_id, "cancelled: dismissed elsewhere"),
+      "form.submitted": () => this.closed(event.form_id, "submitted"),
+      "form.cancelled": () => this.closed(event.form_id, "cancelled: dismissed"),
       "form.revoked": () => this.closed(event.form_id, `revoked: ${reasonWords(event.reason)}`),
     };
     handlers[event.type]?.();
