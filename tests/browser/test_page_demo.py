@@ -78,7 +78,7 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
         expect(page.locator(".call .output").last).to_contain_text("after the restart")
         texts = page.locator(".turn .prompt").all_text_contents()
-        assert texts == ["Yourun: echo after the restart"]  # the turn once, not replayed twice
+        assert texts == ["You run: echo after the restart"]  # the turn once, not replayed twice
         with api(again.url) as http:
             sessions = {s["title"]: s["last_outcome"] for s in http.get("/api/session").json()}
         assert sessions == {

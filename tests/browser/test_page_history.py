@@ -35,3 +35,21 @@ def test_the_nested_calls_of_execute_sit_under_it_with_their_own_state_and_dialo
         expect(execute.locator("> .call-details .output")).to_have_text("nested")
         expect(page.locator(".step .text").last).to_have_text("done")
         page.screenshot(path=tmp_path / "nested-done.png", full_page=True)
+
+
+def test_an_interrupted_execute_shows_its_partial_result_once(page: Page, tmp_path: Path) -> None:
+    """Seed 002's other half: what a stopped script logged and did stays on the page, not doubled."""
+    with ServerThread(lambda: plain_server(scripted_config(tmp_path, [EXECUTE, DONE]))) as server:
+        open_session(page, server.url, "execute stopped")
+        send_prompt(page, "script it")
+        expect(page.get_by_role("dialog")).to_contain_text("echo nested")
+        execute = page.locator(".call[data-call-id='call_exec']")
+        expect(execute.locator("> .call-details .logs")).to_have_text("listing")
+        page.get_by_role("button", name="Interrupt").click()
+        expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
+        expect(execute).to_have_attribute("data-state", "failed")
+        expect(execute.locator("> .call-head .call-state")).to_have_text("failed: interrupted")
+        expect(execute.locator("> .call-details .logs")).to_have_text("listing")
+        expect(execute.locator(".nested > .call")).to_have_count(1)
+        expect(execute.locator(".nested > .call")).to_have_attribute("data-state", "failed")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: interrupted")

@@ -38,7 +38,7 @@ export class History {
     const node = el(
       "li",
       { class: "turn" },
-      el("p", { class: "prompt" }, el("span", { class: "who" }, "You"), event.prompt),
+      el("p", { class: "prompt" }, el("span", { class: "who" }, "You"), " ", event.prompt),
       steps,
     );
     node.dataset.turnId = event.turn_id;
@@ -148,17 +148,21 @@ export class History {
       const nested = event.nested;
       const inner = this.call(nested.call_id, nested.name, nested.input, call.nested);
       this.setState(inner, nested.status);
-      if (nested.output !== undefined) this.output(inner, nested.output);
+      if (nested.output !== undefined) this.output(inner, nested.output, inner.name);
     }
     if (event.log !== undefined) this.log(call, event.log);
   }
 
-  log(call, line) {
+  logs(call) {
     if (!call.logs) {
       call.logs = el("pre", { class: "logs" });
       call.details.append(call.logs);
     }
-    call.logs.textContent += `${line}\n`;
+    return call.logs;
+  }
+
+  log(call, line) {
+    this.logs(call).textContent += `${line}\n`;
   }
 
   // One output a call: a nested call's output may come from its own settlement and from its parent's
@@ -183,11 +187,12 @@ export class History {
     call.details.append(el("p", { class: "error" }, event.error.message));
     const partial = event.partial;
     if (partial) {
-      for (const line of partial.logs || []) this.log(call, line);
+      // The partial result is what the model receives: its logs replace the ones streamed meanwhile.
+      if (partial.logs?.length) this.logs(call).textContent = partial.logs.map((line) => `${line}\n`).join("");
       for (const nested of partial.calls || []) {
         const inner = this.call(nested.call_id, nested.name, nested.input, call.nested);
         this.setState(inner, nested.status);
-        if (nested.output !== undefined && !inner.output) this.output(inner, nested.output);
+        if (nested.output !== undefined && !inner.output) this.output(inner, nested.output, inner.name);
       }
     }
   }
