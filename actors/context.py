@@ -111,6 +111,9 @@ class TurnScope:
     epoch: int
     handle: ActorHandle
     resumed_after: str | None = None
+    # The turn's nursery, owned by the session actor, for a step's background helper: the delta
+    # flusher of a streaming step (``actors/step_text.py``), which the step cancels as its stream ends.
+    background: trio.Nursery | None = None
     settling: bool = False
     live_waits: int = 0
     # Calls of a resumed turn whose kept wait is not re-opened yet: they count as live waits.

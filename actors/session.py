@@ -157,6 +157,7 @@ async def _execute(
         with scope.handle.scope:
             await scope.checkpoint("turn.start")
             async with trio.open_nursery() as nursery:
+                scope.background = nursery
                 limit = runtime.config.timeouts.limit("turn")
                 if limit is not None:
                     nursery.start_soon(_turn_deadline, scope, limit)

@@ -217,4 +217,6 @@ def sweep(
             tx.emit(events.form_revoked(form, reason))
     fail_calls(tx, [call for call in running if call.call_id not in kept], reason)
     for step_id in tx.running_steps(turn_id):
-        fail_step(tx, session_id, turn_id, step_id, reason, (partial_texts or {}).get(step_id, ""))
+        # From this process's memory, else what a dead one saved (a stop settled at the next start).
+        text = (partial_texts or {}).get(step_id) or tx.streamed_text(step_id)
+        fail_step(tx, session_id, turn_id, step_id, reason, text)

@@ -116,13 +116,11 @@ async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> Mod
     bus.start_streaming(text)
     try:
         failure: ModelError | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(text.serve_flushes)
+        with text.streaming():
             try:
                 reply = await turn.runtime.model.complete(request)
             except ModelError as exc:
                 failure = exc  # raised below, not wrapped in the nursery's exception group
-            nursery.cancel_scope.cancel(reason="the model answered: stop the delta flusher")
         if failure is not None:
             raise failure
         await text.finish(reply.text)

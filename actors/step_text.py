@@ -13,7 +13,9 @@ offset 0 again, which a client tells from a gap or a repeat by its offset.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import attrs
 import trio
@@ -54,6 +56,10 @@ class StepText:
     _last_publish: float = -math.inf
     _saved: str = ""
     _arrived: trio.Event = attrs.Factory(trio.Event)
+    # The flusher starts with the first piece of text, in the turn's background nursery (a reply
+    # without text, tool calls only, costs no task), and is cancelled when the stream ends.
+    _flusher: trio.CancelScope | None = None
+    _streaming: bool = False
 
     @property
     def session_id(self) -> str:
@@ -75,6 +81,21 @@ class StepText:
         if piece:
             self._pieces.append(piece)
             self._arrived.set()
+            background = self.turn.background
+            if self._streaming and self._flusher is None and background is not None:
+                self._flusher = trio.CancelScope()
+                background.start_soon(self.serve_flushes, self._flusher, name=f"flusher {self.step_id}")
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        """While the model streams: the flusher runs (from the first piece on), then is cancelled."""
+        self._streaming = True
+        try:
+            yield
+        finally:
+            self._streaming = False
+            if self._flusher is not None:
+                self._flusher.cancel(reason="the stream ended: stop the delta flusher")
 
     def restart(self) -> None:
         self._pieces.clear()
@@ -110,12 +131,21 @@ class StepText:
         self._last_publish = trio.current_time()
         self.turn.runtime.bus.publish_delta(event)
 
-    async def serve_flushes(self) -> None:
-        """Publish what arrives, at most once every ``COALESCE_SECONDS``, until cancelled.
+    async def serve_flushes(self, scope: trio.CancelScope) -> None:
+        """Publish what arrives, at most once every ``COALESCE_SECONDS``, until ``scope`` is cancelled.
 
         The first delta waits until the step's start is durable (and so published): a subscriber
         never hears of a step's text before it hears that the step started.
+
+        **Raises:** ``StoreError`` or ``Fenced`` from a save, after stopping the turn with a typed
+        ``Failure``: the turn's nursery then cancels the step, whose cleanup settles it with it.
         """
+        # A save that fails stops the turn with a typed reason before the exception reaches the
+        # turn's nursery, which would otherwise cancel the step with none (as chaos F16 found).
+        with scope, self.turn.failing_on_error(f"the delta flusher of step {self.step_id}"):
+            await self._serve_flushes()
+
+    async def _serve_flushes(self) -> None:
         await self.turn.runtime.store.durable()
         next_save = trio.current_time() + SAVE_SECONDS
         while True:

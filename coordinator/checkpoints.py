@@ -14,6 +14,7 @@ from typing import Any, Protocol
 KINDS = (
     "turn.start",  # the turn's claim and start are committed
     "model.request",  # a step is about to ask the model
+    "model.chunk",  # the model is streaming: between two chunks of its text
     "model.reply",  # the model answered; its reply is not recorded yet
     "tool.start",  # a tool call is permitted and about to run its tool
     "tool.end",  # the tool returned; its settlement is not written yet

@@ -31,6 +31,7 @@ from coordinator.chaos.faults import Injection, format_schedule
 from coordinator.chaos.injector import ChaosInjector
 from coordinator.chaos.invariants import check_run
 from coordinator.chaos.record import RunRecord, StoreView
+from coordinator.chaos.streaming import Streamed
 from coordinator.chaos.world import ChaosModel, World, make_world
 from coordinator.models.base import ChatMessage
 
@@ -65,6 +66,7 @@ class Run:
     world: World
     record: RunRecord
     requests: tuple[tuple[ChatMessage, ...], ...]
+    streams: tuple[Streamed, ...]
     logs: tuple[dict[str, Any], ...]
     leftovers: tuple[str, ...]
     db: Path
@@ -98,6 +100,7 @@ def execute_run(seed: int, index: int, *, root: Path, schedule: tuple[Injection,
         world=world,
         record=record,
         requests=tuple(request.messages for request in model.requests),
+        streams=tuple(model.streams),
         logs=tuple(logs),
         leftovers=tuple(processes.leftovers()),
         db=db,
@@ -109,7 +112,9 @@ def run_one(seed: int, index: int, *, root: Path, schedule: tuple[Injection, ...
     started = time.perf_counter()
     run = execute_run(seed, index, root=root, schedule=schedule)
     record = run.record
-    violations = check_run(record, run.view, requests=run.requests, leftovers=run.leftovers)
+    violations = check_run(
+        record, run.view, requests=run.requests, leftovers=run.leftovers, streams=run.streams
+    )
     if not violations:
         _remove(run.db)
     return RunResult(

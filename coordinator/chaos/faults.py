@@ -37,7 +37,7 @@ TEARDOWN = frozenset({"shutdown", "crash"})
 # Where each component fault is raised in place; scheduled elsewhere, it fails the component's next use
 # in that session (the next model request, the next tool run).
 RAISED_AT: dict[str, frozenset[str]] = {
-    "model_error": frozenset({"model.request", "model.reply"}),
+    "model_error": frozenset({"model.request", "model.chunk", "model.reply"}),
     "tool_error": frozenset({"tool.start", "tool.end", "nested.call"}),
 }
 USED_AT = {"model_error": "model.request", "tool_error": "tool.start"}

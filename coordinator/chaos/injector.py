@@ -38,6 +38,7 @@ WAITS = {"permission.wait": "permission.asked", "form.wait": "form.asked"}
 RATES = {
     "turn.start": 0.07,
     "model.request": 0.07,
+    "model.chunk": 0.4,  # late in a turn (its last answer), so budgets are often spent by then
     "model.reply": 0.07,
     "tool.start": 0.09,
     "tool.end": 0.09,

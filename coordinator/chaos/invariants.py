@@ -15,6 +15,7 @@ from typing import Any
 
 from coordinator.chaos.record import RunRecord, StoreView, Violation
 from coordinator.chaos.settling import check_calls, check_requests, check_stop_order, check_waits
+from coordinator.chaos.streaming import Streamed, check_streamed_text
 from coordinator.chaos.timeline import (
     RESUMED,
     SUSPENDED,
@@ -37,12 +38,14 @@ def check_run(
     *,
     requests: Sequence[Sequence[ChatMessage]] = (),
     leftovers: Iterable[str] = (),
+    streams: Sequence[Streamed] = (),
 ) -> list[Violation]:
-    """Every violation of the run: those seen while it ran, then the seven checks over the final store."""
+    """Every violation of the run: those seen while it ran, then the checks over the final store."""
     found = list(record.violations)
     for check in CHECKS:
         found += check(record, view)
     found += check_requests(requests)
+    found += check_streamed_text(record, view, streams)
     found += [Violation(6, f"a process outlived its session: {p}") for p in leftovers]
     return found
 

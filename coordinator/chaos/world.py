@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import trio
 
+from coordinator.chaos.streaming import Streamed, Tee
 from coordinator.config import Config, PluginConfig, ServerConfig, TimeoutsConfig
 from coordinator.models.base import ModelReply, ModelRequest
 from coordinator.models.scripted import ScriptedModel
@@ -92,7 +93,10 @@ def _script(rng: random.Random, session: int, processes: bool) -> tuple[dict[str
         if not processes:
             item["delay"] = rng.choice((0, 0, 0, 1, 2))
         items.append(item)
-    items.append({"text": "done", "delay": 0 if processes else rng.choice((0, 0, 1))})
+    # The last answer streams in chunks, so stops land between them (``model.chunk``); no draw is added,
+    # so every run keeps the world and the faults it had.
+    delay = 0 if processes else rng.choice((0, 0, 1))
+    items.append({"chunks": ["All ", "done", "."], "chunk_delay": 0 if processes else 0.5, "delay": delay})
     return tuple(items)
 
 
@@ -124,6 +128,7 @@ class ChaosModel:
     def __init__(self) -> None:
         self.scripts: dict[str, ScriptedModel] = {}
         self.requests: list[ModelRequest] = []
+        self.streams: list[Streamed] = []
 
     def assign(self, session_id: str, script: tuple[dict[str, Any], ...]) -> None:
         self.scripts[session_id] = ScriptedModel.from_json(list(script), f"session {session_id}")
@@ -131,7 +136,10 @@ class ChaosModel:
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The script's answer. **Cancellation:** abandoned. **Raises:** nothing."""
         self.requests.append(request)
-        return await self.scripts[request.session_id].complete(request)
+        stream = Streamed(session_id=request.session_id, index=request.index, messages=request.messages)
+        self.streams.append(stream)
+        tee = Tee(inner=request.text, record=stream)
+        return await self.scripts[request.session_id].complete(attrs.evolve(request, text=tee))
 
     async def aclose(self) -> None:
         """Nothing to release."""

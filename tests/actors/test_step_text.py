@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,15 @@ async def run_turn(tmp_path: Path, *items: dict[str, Any]) -> tuple[list[tuple[f
     return seen, session.id
 
 
-async def test_a_fast_stream_is_coalesced_to_one_delta_every_20_ms(tmp_path: Path, autojump_clock: Any) -> None:
+async def test_a_fast_stream_is_coalesced_to_one_delta_every_20_ms(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
     """200 chunks in one second become at most one delta every 20 ms, with every character in order."""
     chunks = [f"w{i} " for i in range(200)]
     seen, _ = await run_turn(tmp_path, {"chunks": chunks, "chunk_delay": 0.005})
     deltas = [(at, e) for at, e in seen if e.type == "session.text.delta"]
     times = [at for at, _ in deltas]
-    assert all(b - a >= COALESCE_SECONDS - 1e-9 for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= COALESCE_SECONDS - 1e-9 for a, b in itertools.pairwise(times))
     assert 20 <= len(deltas) <= 1 + 1.0 / COALESCE_SECONDS + 1
     text, offset = "", 0
     for _, event in deltas:
@@ -69,7 +72,7 @@ async def test_a_step_with_tool_calls_reports_its_message(tmp_path: Path, autoju
     """step.succeeded names the calls by the coordinator's call ids, next to the text."""
     item = {"text": "Let me check.", "tool_calls": [{"id": "c1", "name": "slowless", "input": {}}]}
     seen, _ = await run_turn(tmp_path, item, {"text": "done"})
-    succeeded = [e.payload for _, e in seen if e.type == "session.step.succeeded"][0]
+    succeeded = next(e.payload for _, e in seen if e.type == "session.step.succeeded")
     assert len([e for _, e in seen if e.type == "session.step.succeeded"]) == 2
     assert succeeded["message"] == {
         "text": "Let me check.",

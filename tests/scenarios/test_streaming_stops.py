@@ -17,6 +17,7 @@ import trio.testing
 
 from coordinator import Coordinator, open_coordinator, wire
 from coordinator.config import Config, TimeoutsConfig
+from coordinator.errors import StoreError
 from coordinator.models.base import ChatMessage
 from coordinator.models.scripted import ScriptedModel
 from tests.conftest import ASK_SHELL, Recorder, make_config
@@ -30,9 +31,7 @@ STOP_AFTER = 1.5
 
 
 @contextlib.asynccontextmanager
-async def streaming(
-    config: Config, model: CountingModel
-) -> AsyncIterator[tuple[Coordinator, Recorder]]:
+async def streaming(config: Config, model: CountingModel) -> AsyncIterator[tuple[Coordinator, Recorder]]:
     """A coordinator whose recorder subscribes with deltas on, from seq 0."""
     async with open_coordinator(config, model=model, synchronous="normal") as coord:
         recorder = Recorder()
@@ -214,6 +213,36 @@ async def test_a_crash_while_the_model_streams_keeps_the_text_saved_before_it(
         failed = recorder.of("session.step.failed")[0].payload
         assert failed["partial_text"] == STREAMED
         history = wire.unstructure(await coord.history(session_id))
-        assert [m["parts"][0].get("status") for m in history] == ["complete", "interrupted", "complete", "complete"]
+        assert [m["parts"][0].get("status") for m in history] == [
+            "complete",
+            "interrupted",
+            "complete",
+            "complete",
+        ]
         assert history[1]["parts"][0]["text"] == STREAMED
         assert model.requests[0].messages[1] == ChatMessage(role="assistant", content=STREAMED)
+
+
+async def test_a_failed_save_of_the_streamed_text_stops_the_turn_with_a_reason(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """The once-a-second save runs beside the step; when its commit fails, the turn fails typed (never a
+    reason-less cancellation) and the step still keeps all the text it had streamed."""
+    model = counting(STREAM, DONE)
+    async with streaming(config_for(tmp_path), model) as (coord, recorder):
+        session = await coord.create_session(title="stream")
+        await coord.prompt(session.id, "tell me a story")
+        await recorder.wait_for("session.step.started")
+        await trio.sleep(0.5)
+
+        def fail_once() -> None:
+            coord.store.before_commit = None
+            raise StoreError("disk I/O error")
+
+        coord.store.before_commit = fail_once
+        await recorder.wait_for("session.idle")
+        reason = recorder.of("session.execution.failed")[0].payload["reason"]
+        assert reason["type"] == "error" and "delta flusher" in reason["message"]
+        failed = recorder.of("session.step.failed")[0].payload
+        assert failed["reason"] == reason
+        assert failed["partial_text"] == STREAMED

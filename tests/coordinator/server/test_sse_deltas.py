@@ -98,7 +98,9 @@ async def test_deltas_stream_over_sse_without_an_id_line(tmp_path: Path) -> None
             assert list(fields) == ["id", "event", "data"] and fields["id"] == str(data["seq"])
     deltas = deltas_of(with_deltas)
     assert len(deltas) > 1
-    assert [d["offset"] for d in deltas] == [sum(len(x["delta"]) for x in deltas[:i]) for i in range(len(deltas))]
+    assert [d["offset"] for d in deltas] == [
+        sum(len(x["delta"]) for x in deltas[:i]) for i in range(len(deltas))
+    ]
     assert "".join(d["delta"] for d in deltas) == STORY
     types = with_deltas.types()
     stored = [t for t in types if t != "session.text.delta"]
@@ -106,7 +108,7 @@ async def test_deltas_stream_over_sse_without_an_id_line(tmp_path: Path) -> None
     assert without.frames == [f for f in with_deltas.frames if not f[0].startswith("event: session.text")]
     first, last = types.index("session.text.delta"), len(types) - 1 - types[::-1].index("session.text.delta")
     assert types[first - 1] == "session.step.started" and types[last + 1] == "session.step.succeeded"
-    succeeded = [d for _, d in with_deltas.events() if d["type"] == "session.step.succeeded"][0]
+    succeeded = next(d for _, d in with_deltas.events() if d["type"] == "session.step.succeeded")
     assert succeeded["message"] == {"text": STORY, "tool_calls": []}
     assert set(succeeded["usage"]) == {"input_tokens", "output_tokens"}
     request = api.mock.requests[0]
@@ -128,7 +130,7 @@ async def test_a_subscriber_that_reconnects_mid_step_catches_up_first(tmp_path: 
                 while len(deltas_of(early)) < 3:
                     await early.wait_for("session.text.delta")
                     await trio.sleep(0.01)
-            started = [d for _, d in early.events() if d["type"] == "session.step.started"][0]
+            started = next(d for _, d in early.events() if d["type"] == "session.step.started")
             late = Frames()
             headers = {"Last-Event-ID": str(started["seq"])}
             nursery.start_soon(lambda: late.follow(api.listening.url, path, headers, deltas="true"))
