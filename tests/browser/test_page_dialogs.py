@@ -220,3 +220,27 @@ def test_always_allow_closes_the_other_dialogs_its_rule_now_allows(page: Page, t
         ]
         expect(page.locator(".call[data-state='succeeded']")).to_have_count(2)
         expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+
+
+def test_the_prompt_box_is_never_blocked_by_a_dialog(page: Page, tmp_path: Path) -> None:
+    """Seed 003's composer was blocked by a dialog: here a person can type and queue a prompt beside one."""
+    with ServerThread(lambda: plain_server(scripted_config(tmp_path, [SHELL, DONE]))) as server:
+        open_session(page, server.url, "composer")
+        send_prompt(page, "run it")
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("echo hi")
+        prompt = page.get_by_role("textbox", name="Prompt")
+        dialog_box, prompt_box = dialog.bounding_box(), prompt.bounding_box()
+        assert dialog_box is not None and prompt_box is not None
+        assert dialog_box["y"] + dialog_box["height"] <= prompt_box["y"]  # beside it, never over it
+        prompt.click()
+        page.keyboard.type("and then this")
+        page.keyboard.press("Enter")
+        expect(prompt).to_have_value("")  # accepted (202) and queued behind the running turn
+        expect(dialog).to_have_count(1)
+        dialog.get_by_role("button", name="Allow once").click()
+        expect(page.locator(".turn")).to_have_count(2)
+        expect(page.locator(".turn").last.locator(".prompt")).to_have_text("You and then this")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text(
+            ["outcome: succeeded", "outcome: succeeded"]
+        )
