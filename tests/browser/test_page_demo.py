@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
@@ -81,6 +82,9 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         assert texts == ["You run: echo after the restart"]  # the turn once, not replayed twice
         with api(again.url) as http:
             sessions = {s["title"]: s["last_outcome"] for s in http.get("/api/session").json()}
+        for title, last in sessions.items():  # the list shows each session's status and last outcome
+            link = page.get_by_role("link", name=re.compile(f"^{title} idle"))
+            expect(link).to_contain_text(f"· {last}")
         assert sessions == {
             "normal": "succeeded",
             "declined": "declined",
