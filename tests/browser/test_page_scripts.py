@@ -128,7 +128,7 @@ CHILD = """async () => {
   const root = document.createElement("ol");
   const history = new History(root, "s");
   const notices = [];
-  const dialogs = new Dialogs(document.createElement("div"), (text) => notices.push(text));
+  const dialogs = new Dialogs(document.createElement("div"), (text) => notices.push(text), (sid) => history.childTitle(sid));
   const sent = [];
   window.fetch = async (url, init) => {
     sent.push([url, init.method, init.headers["Content-Type"], init.body]);
@@ -161,6 +161,7 @@ def test_a_sub_agent_is_a_link_under_its_task_call_and_its_requests_are_dialogs_
     assert result["link"].startswith("helper") and result["href"] == "#/session/kid"
     assert result["turns"] == 1  # the child's own turn is on its own page
     assert "shell" in result["dialog"] and "ls" in result["dialog"]
+    assert "Asked by the sub-agent session helper" in result["dialog"]
     assert result["sent"] == [
         ["/api/session/kid/permission/r1/reply", "POST", "application/json", '{"decision":"once"}']
     ]

@@ -18,7 +18,7 @@ const page = {
   sessionId: null,
   follower: null,
   history: null,
-  dialogs: new Dialogs($("dialogs"), notify),
+  dialogs: new Dialogs($("dialogs"), notify, (sessionId) => page.history?.childTitle(sessionId) ?? null),
 };
 
 function notify(text) {

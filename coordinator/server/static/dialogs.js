@@ -12,10 +12,12 @@ import { api, path } from "./api.js";
 import { el, reasonWords, settlementWords } from "./dom.js";
 
 export class Dialogs {
-  // `root`: where dialogs go; `notify(text)`: the status area.
-  constructor(root, notify) {
+  // `root`: where dialogs go; `notify(text)`: the status area; `childTitle(sid)`: the title of a
+  // sub-agent session, or null for the session shown.
+  constructor(root, notify, childTitle = () => null) {
     this.root = root;
     this.notify = notify;
+    this.childTitle = childTitle;
     this.open = new Map(); // id -> entry
     this.settled = new Set();
   }
@@ -57,6 +59,7 @@ export class Dialogs {
     };
     this.show(request.id, restored, {
       kind: "permission",
+      askedBy: this.childTitle(request.session_id),
       what: `permission for ${what}`,
       title: `Permission: ${request.action}`,
       body: [el("p", {}, `${request.action} wants to run `, el("code", {}, request.resource))],
@@ -84,6 +87,7 @@ export class Dialogs {
     };
     this.show(form.id, restored, {
       kind: "form",
+      askedBy: this.childTitle(form.session_id),
       what: `question "${form.questions.map((q) => q.prompt).join(" / ")}"`,
       title: "Question",
       body: inputs.map((input) => input.node),
@@ -107,6 +111,7 @@ export class Dialogs {
       "section",
       { class: `dialog ${parts.kind}`, role: "dialog", "aria-modal": "false", "aria-labelledby": titleId },
       el("h3", { id: titleId }, parts.title),
+      parts.askedBy ? el("p", { class: "asked-by" }, `Asked by the sub-agent session ${parts.askedBy}`) : null,
       ...parts.body,
       el("p", { class: "restored-note" }, "Kept across a server restart: same request, still waiting."),
       ...parts.fields,

@@ -22,6 +22,7 @@ export class History {
     this.turns = new Map(); // turn_id -> {node, steps: element, lastStep}
     this.steps = new Map(); // step_id -> {node, text: element, points: [], final: bool, tools}
     this.calls = new Map(); // call_id -> {node, state, nested, output}
+    this.children = new Map(); // sub-agent session id -> title
     root.replaceChildren();
   }
 
@@ -231,11 +232,18 @@ export class History {
   // A sub-agent session: a link under the `task` call that made it.
   linkChild(session) {
     const parent = session.parent;
-    if (!parent || parent.session_id !== this.sessionId) return;
+    if (!parent) return;
+    this.children.set(session.id, session.title || session.id);
+    if (parent.session_id !== this.sessionId) return;
     const call = this.calls.get(parent.call_id);
     const link = el("a", { href: `#/session/${encodeURIComponent(session.id)}`, class: "child" },
       session.title || session.id, " (sub-agent session)");
     (call ? call.details : this.root).append(el("p", {}, link));
+  }
+
+  // The title of a sub-agent session (of any depth) under this one, or null.
+  childTitle(sessionId) {
+    return this.children.get(sessionId) ?? null;
   }
 
   truncated(data) {
