@@ -6,7 +6,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.harness import ServerThread, plain_server, scripted_config
+from tests.browser.harness import ServerThread, api, plain_server, scripted_config
 from tests.browser.test_page_dialogs import DONE, open_session, send_prompt
 
 CODE = 'print("listing")\nfirst = await tools.shell(command="echo nested")\nreturn first["stdout"].strip()'
@@ -53,3 +53,19 @@ def test_an_interrupted_execute_shows_its_partial_result_once(page: Page, tmp_pa
         expect(execute.locator(".nested > .call")).to_have_count(1)
         expect(execute.locator(".nested > .call")).to_have_attribute("data-state", "failed")
         expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: interrupted")
+
+
+def test_older_sessions_are_one_click_away(page: Page, tmp_path: Path) -> None:
+    """The list shows the newest sessions (the API pages them); a person can still reach older ones."""
+    with ServerThread(lambda: plain_server(scripted_config(tmp_path, [DONE]))) as server:
+        with api(server.url) as http:
+            for n in range(101):
+                http.post("/api/session", json={"title": f"s{n:03}"})
+        page.goto(server.url)
+        links = page.locator("nav .sessions a")
+        expect(links.first).to_contain_text("s100")  # newest first
+        more = page.get_by_role("button", name="Older sessions")
+        more.click()
+        expect(links).to_have_count(101)
+        expect(links.last).to_contain_text("s000")
+        expect(more).to_be_hidden()

@@ -62,7 +62,7 @@ export async function api(method, path, body) {
 }
 
 export const path = {
-  sessions: () => "/api/session",
+  sessions: (limit) => (limit ? `/api/session?limit=${limit}` : "/api/session"),
   session: (sid) => `/api/session/${encodeURIComponent(sid)}`,
   prompt: (sid) => `${path.session(sid)}/prompt`,
   interrupt: (sid) => `${path.session(sid)}/interrupt`,

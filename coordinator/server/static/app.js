@@ -11,11 +11,16 @@ import { sessionItems } from "./sessions.js";
 // The list has no event stream of its own: it is read again this often, and after each turn event.
 const LIST_REFRESH_MS = 2000;
 const NOTICES_KEPT = 6;
+// The list shows the newest sessions, this many more each time a person asks (the API's page is at
+// most 1000).
+const LIST_PAGE = 100;
+const LIST_MAX = 1000;
 
 const $ = (id) => document.getElementById(id);
 
 const page = {
   sessionId: null,
+  listLimit: LIST_PAGE,
   follower: null,
   history: null,
   dialogs: new Dialogs($("dialogs"), notify, (sessionId) => page.history?.childTitle(sessionId) ?? null),
@@ -53,8 +58,9 @@ setTokenPrompt(
 // ---- the session list ------------------------------------------------------------------------
 
 async function refreshSessions() {
-  const sessions = await api("GET", path.sessions());
+  const sessions = await api("GET", path.sessions(page.listLimit));
   $("sessions").replaceChildren(...sessionItems(sessions, page.sessionId));
+  $("more-sessions").hidden = sessions.length < page.listLimit || page.listLimit >= LIST_MAX;
   const shown = sessions.find((session) => session.id === page.sessionId);
   if (shown) showSessionHead(shown);
   else if (page.sessionId) showSessionHead(await api("GET", path.session(page.sessionId))); // not on the first page
@@ -192,6 +198,10 @@ function wire() {
     createSession($("new-title").value.trim())
       .then(() => ($("new-title").value = ""))
       .catch(complain);
+  });
+  $("more-sessions").addEventListener("click", () => {
+    page.listLimit = Math.min(page.listLimit + LIST_PAGE, LIST_MAX);
+    refreshSessions().catch(complain);
   });
   window.addEventListener("hashchange", route);
   setInterval(() => document.visibilityState === "visible" && refreshSessions().catch(() => {}), LIST_REFRESH_MS);

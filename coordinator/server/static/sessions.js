@@ -17,7 +17,7 @@ export function sessionItems(sessions, selectedId) {
 }
 
 function items(byParent, parent, selectedId) {
-  const sessions = [...(byParent.get(parent) || [])].sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+  const sessions = [...(byParent.get(parent) || [])].sort(newestFirst);
   return sessions.map((session) => {
     const children = items(byParent, session.id, selectedId);
     const link = el(
@@ -31,4 +31,12 @@ function items(byParent, parent, selectedId) {
     link.dataset.sessionId = session.id;
     return el("li", {}, link, children.length ? el("ul", {}, ...children) : null);
   });
+}
+
+// By creation time, then by id (ids grow with time) for sessions created in the same instant.
+function newestFirst(a, b) {
+  const key = (session) => [session.created_at, session.id];
+  const [x, y] = [key(a), key(b)];
+  if (x[0] !== y[0]) return x[0] < y[0] ? 1 : -1;
+  return x[1] < y[1] ? 1 : x[1] > y[1] ? -1 : 0;
 }
