@@ -46,6 +46,8 @@ class Sizes:
     fanout_turns: int  # turns whose events are fanned out
     fanout_calls: int  # noop calls per fanned-out turn (each adds two events)
     checkpoint_calls: int  # calls timed for the cost of one checkpoint
+    stream_sessions: int  # sessions streaming at once for the delta fan-out
+    stream_turns: int  # sequential turns timed for the CPU cost of streaming in chunks
 
     @classmethod
     def full(cls) -> Sizes:
@@ -64,6 +66,8 @@ class Sizes:
             fanout_turns=2,
             fanout_calls=20,
             checkpoint_calls=200_000,
+            stream_sessions=100,
+            stream_turns=100,
         )
 
     @classmethod
@@ -83,6 +87,8 @@ class Sizes:
             fanout_turns=2,
             fanout_calls=2,
             checkpoint_calls=1000,
+            stream_sessions=4,
+            stream_turns=5,
         )
 
 

@@ -2,7 +2,8 @@
 
 The coordinator under test asks it over a real loopback socket, as it would ask a model provider. It
 answers at once, streamed as real ``chat.completion.chunk`` server-sent events ending with ``[DONE]``:
-a prompt ``fanout:N`` gets N no-op tool calls (events to fan out), anything else the text ``done``.
+a prompt ``fanout:N`` gets N no-op tool calls (events to fan out), ``stream:N`` the text in N chunks,
+each written as it would arrive from a provider (one write a chunk), anything else the text ``done``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
 
 
 FANOUT_PREFIX = "fanout:"
+STREAM_PREFIX = "stream:"
+STREAM_WORD = "word "
+
+
+def stream_chunks(count: int) -> list[bytes]:
+    """The SSE events of a text reply in ``count`` chunks of ``STREAM_WORD``, with finish and [DONE]."""
+    return [
+        _chunk({"role": "assistant", "content": ""}),
+        *(_chunk({"content": STREAM_WORD}) for _ in range(count)),
+        _chunk({}, finish_reason="stop") + b"data: [DONE]\n\n",
+    ]
+
 
 # The text reply, built once: role, the text, the finish, then [DONE].
 _TEXT_STREAM = (
@@ -59,14 +72,16 @@ def _tool_calls_stream(count: int) -> bytes:
     )
 
 
-def _reply(body: bytes) -> bytes:
-    """Tool calls for a ``fanout:N`` prompt not answered yet; the text reply otherwise."""
+def _reply(body: bytes) -> list[bytes]:
+    """Tool calls for a ``fanout:N`` prompt not answered yet, N chunks for ``stream:N``; else the text."""
     messages = json.loads(body).get("messages") or [{}]
     last = messages[-1]
     content = last.get("content") or ""
     if last.get("role") == "user" and content.startswith(FANOUT_PREFIX):
-        return _tool_calls_stream(int(content[len(FANOUT_PREFIX) :]))
-    return _TEXT_STREAM
+        return [_tool_calls_stream(int(content[len(FANOUT_PREFIX) :]))]
+    if last.get("role") == "user" and content.startswith(STREAM_PREFIX):
+        return stream_chunks(int(content[len(STREAM_PREFIX) :]))
+    return [_TEXT_STREAM]
 
 
 async def _app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -92,7 +107,9 @@ async def _app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         return
     headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": _reply(body), "more_body": False})
+    for piece in _reply(body):
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @asynccontextmanager

@@ -3,7 +3,10 @@
 1. a normal turn: the model runs a shell command, then answers;
 2. a declined turn: the user rejects the command, so the turn ends declined and the claim is released;
 3. an interrupted permission wait: the request is revoked and every client is told;
-4. a shutdown with its resume: the wait is kept, and the next start restores it with the same id.
+4. a shutdown with its resume: the wait is kept, and the next start restores it with the same id;
+5. an interrupt while the model writes: what it had written is kept, in the event and the history.
+
+The model's text is printed as it streams, in pieces (``session.text.delta``, live only, no seq).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ ECHO = {
 }
 # Streamed in pieces, so the demo shows the model's text arriving as live deltas (contract section 9).
 DONE = {"chunks": ["The command ", "printed ", "its ", "greeting."], "chunk_delay": 0.05}
+STORY = {"chunks": ["Once ", "upon ", "a ", "time, ", "a ", "turn ", "was ", "stopped."], "chunk_delay": 0.1}
 
 _COLOURS = {
     "failed": "31",
@@ -89,6 +93,10 @@ def summary(event: Event) -> str:
         "session.idle": lambda: f"outcome {payload['outcome']}",
         "session.step.succeeded": lambda: (
             _short(payload["message"]["text"]) if payload["message"]["text"] else ""
+        ),
+        "session.step.failed": lambda: (
+            json.dumps(payload["reason"])
+            + (f" partial_text {json.dumps(payload['partial_text'])}" if "partial_text" in payload else "")
         ),
         "session.execution.resumed": lambda: f"after {payload['after']}",
     }
@@ -180,6 +188,19 @@ async def _shutdown_and_resume(db: Path, printer: Printer) -> None:
         await wait_for("session.idle")
 
 
+async def _interrupt_mid_stream(coord: Coordinator, session_id: str, wait_for: Any, printer: Printer) -> None:
+    await wait_for("session.text.delta")
+    await trio.sleep(0.15)
+    printer.note("the user presses stop while the model is writing")
+    await coord.interrupt(session_id)
+    await wait_for("session.idle")
+    history = await coord.history(session_id)
+    kept = history[-1].parts[0]
+    printer.note(
+        f"the history keeps {getattr(kept, 'text', '')!r} with status {getattr(kept, 'status', '')!r}"
+    )
+
+
 async def run_demo(out: TextIO, *, colour: bool) -> None:
     printer = Printer(out=out, colour=colour)
     with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as folder:
@@ -188,10 +209,12 @@ async def run_demo(out: TextIO, *, colour: bool) -> None:
         await _story(db, printer, "2. A declined tool call ends the turn as declined", [ECHO, DONE], _reject)
         await _story(db, printer, "3. An interrupted permission wait is revoked", [ECHO, DONE], _interrupt)
         await _shutdown_and_resume(db, printer)
+        title = "5. An interrupt while the model writes keeps what it wrote"
+        await _story(db, printer, title, [STORY], _interrupt_mid_stream)
     out.write("\n")
 
 
 def main(args: Any = None) -> int:
-    """Run the four stories and print them; exit code 0."""
+    """Run the five stories and print them; exit code 0."""
     trio.run(lambda: run_demo(sys.stdout, colour=sys.stdout.isatty()))
     return 0

@@ -2,7 +2,9 @@
 
 For each stop the scenario checks the three places contract section 9 (and the brief's invariant 11)
 names: ``session.step.failed.partial_text``, the history's text part with its status, and the content
-of the assistant message in the session's next model request.
+of the assistant message in the session's next model request. Points: interrupt, the step and turn
+deadlines, shutdown then resume, crash then resume, a cut stream, a failed save, and a decline of a
+sibling call (which can only land after the reply, and its text, were recorded).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from coordinator.models.base import ChatMessage
 from coordinator.models.scripted import ScriptedModel
 from tests.conftest import ASK_SHELL, Recorder, make_config
 from tests.scenarios.test_stop_matrix import CountingModel
+from tests.scenarios.test_stop_matrix import config_for as matrix_config
 
 # Chunks at t = 0, 1, 2, 3 s after the step starts; a stop at 1.5 s has "Once upon " streamed.
 STREAM = {"chunks": ["Once ", "upon ", "a ", "time"], "chunk_delay": 1}
@@ -246,3 +249,40 @@ async def test_a_failed_save_of_the_streamed_text_stops_the_turn_with_a_reason(
         failed = recorder.of("session.step.failed")[0].payload
         assert failed["reason"] == reason
         assert failed["partial_text"] == STREAMED
+
+
+async def test_a_decline_of_a_sibling_call_keeps_the_text_streamed_with_the_calls(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A decline can only land once the calls run, after the reply is whole: the text streamed in the
+    same step is recorded complete with the calls, so the step's failure needs no partial text, and the
+    next request still sends it with the calls and their results."""
+    item = {
+        "chunks": ["Let me ", "check ", "both."],
+        "chunk_delay": 1,
+        "tool_calls": [
+            {"id": "call_slow", "name": "slow", "input": {"seconds": 1000}},
+            {"id": "call_shell", "name": "shell", "input": {"command": "echo hi"}},
+        ],
+    }
+    model = counting(item, DONE)
+    async with streaming(matrix_config(tmp_path), model) as (coord, recorder):
+        session = await coord.create_session(title="decline")
+        await coord.prompt(session.id, "tell me a story")
+        asked = await recorder.wait_for("permission.asked")
+        assert streamed_deltas(recorder, session.id) == "Let me check both."
+        await coord.reply_permission(session.id, asked.payload["request"]["id"], "reject")
+        await recorder.wait_for("session.idle")
+        failed = recorder.of("session.step.failed")[0].payload
+        assert failed["reason"]["type"] == "declined" and "partial_text" not in failed
+        errors = {
+            e.payload["call_id"]: e.payload["error"]["type"] for e in recorder.of("session.tool.failed")
+        }
+        assert errors == {"call_shell": "declined", "call_slow": "interrupted"}
+        history = wire.unstructure(await coord.history(session.id))
+        assert history[-1]["parts"][0] == {"type": "text", "text": "Let me check both.", "status": "complete"}
+        await coord.prompt(session.id, "go on")
+        await recorder.wait_for("session.idle", 2)
+        sent = model.requests[-1].messages
+        assistant = next(m for m in sent if m.role == "assistant")
+        assert assistant.content == "Let me check both." and len(assistant.tool_calls) == 2

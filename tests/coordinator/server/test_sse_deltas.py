@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,10 @@ async def test_deltas_stream_over_sse_without_an_id_line(tmp_path: Path) -> None
         sum(len(x["delta"]) for x in deltas[:i]) for i in range(len(deltas))
     ]
     assert "".join(d["delta"] for d in deltas) == STORY
+    # Coalesced: 19 chunks 10 ms apart, at most one delta every 20 ms (``at`` has milliseconds).
+    times = [datetime.fromisoformat(d["at"].replace("Z", "+00:00")).timestamp() for d in deltas]
+    assert all(later - earlier >= 0.018 for earlier, later in itertools.pairwise(times))
+    assert len(deltas) < len(STORY) // 4
     types = with_deltas.types()
     stored = [t for t in types if t != "session.text.delta"]
     assert stored == without.types()  # without the flag: exactly the stored events, nothing else
