@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from coordinator import open_coordinator
+from coordinator.config import TimeoutsConfig
 from coordinator.errors import CoordinatorClosed, SessionNotFound
 from coordinator.models.scripted import ScriptedModel
 from tests.conftest import ASK_SHELL, make_config
@@ -67,7 +68,8 @@ async def test_a_closed_coordinator_refuses_new_work(tmp_path: Path, autojump_cl
 
 async def test_the_demo_model_runs_shell_for_run_prompts(tmp_path: Path, autojump_clock: Any) -> None:
     """Without a script, the built-in model answers text, or calls shell for a prompt beginning run:."""
-    config = make_config(tmp_path)
+    # No tool deadline: the autojump clock would leap to it while the real shell process runs.
+    config = make_config(tmp_path, timeouts=TimeoutsConfig(tool=0))
     async with open_coordinator(config, synchronous="normal") as coord:
         session = await coord.create_session()
         await coord.prompt(session.id, "run: echo embedded")

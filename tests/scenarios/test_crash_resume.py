@@ -30,7 +30,8 @@ async def test_a_crash_while_a_permission_waits_restores_the_same_request(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     """The pending request is re-published with its id and waits again; the model is not asked again."""
-    config = config_for(tmp_path)
+    # No tool deadline: the autojump clock would leap to it while the real shell process runs.
+    config = config_for(tmp_path, tool=0)
     session_id, _, before = await crash_at(config, [SHELL_CALL, DONE], "permission.asked")
     assert before[-1] == "permission.asked"  # nothing was settled: a crash writes nothing
     model = CountingModel(ScriptedModel.from_json([DONE]))
