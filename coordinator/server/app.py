@@ -16,7 +16,7 @@ from coordinator import errors, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
 from coordinator.records import MAX_TEXT, Form, Message, PermissionRequest, Session
-from coordinator.server import sse
+from coordinator.server import page, sse
 from coordinator.server.auth import BearerAuth
 from coordinator.server.bodies import (
     CreateSessionBody,
@@ -46,7 +46,7 @@ def build_app(
     server = config.server
     policy = EdgePolicy.of(server.allowed_hosts, server.cors_origins, server.host)
     app = Starlette(
-        routes=routes_of(OPERATIONS),
+        routes=[*routes_of(OPERATIONS), *page.ROUTES],
         middleware=[
             Middleware(ErrorBoundary),
             Middleware(Edge, policy=policy),
@@ -59,6 +59,7 @@ def build_app(
     app.state.coordinator = coordinator
     app.state.keepalive = keepalive
     app.state.openapi = openapi_document(OPERATIONS, secured=bool(server.token))
+    app.state.static = page.load_static()
     return app
 
 

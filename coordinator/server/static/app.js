@@ -1,0 +1,212 @@
+// The page: the session list, the selected session (its history, dialogs, interrupt and prompt box),
+// and the token prompt. See design/page.md.
+
+import { api, ApiError, path, setTokenPrompt } from "./api.js";
+import { Dialogs } from "./dialogs.js";
+import { el } from "./dom.js";
+import { EventFollower } from "./sse.js";
+import { History } from "./history.js";
+import { sessionItems } from "./sessions.js";
+
+// The list has no event stream of its own: it is read again this often, and after each turn event.
+const LIST_REFRESH_MS = 2000;
+const NOTICES_KEPT = 6;
+// The list shows the newest sessions, this many more each time a person asks (the API's page is at
+// most 1000).
+const LIST_PAGE = 100;
+const LIST_MAX = 1000;
+
+const $ = (id) => document.getElementById(id);
+
+const page = {
+  sessionId: null,
+  listLimit: LIST_PAGE,
+  follower: null,
+  history: null,
+  dialogs: new Dialogs($("dialogs"), notify, (sessionId) => page.history?.childTitle(sessionId) ?? null),
+};
+
+function notify(text) {
+  const notices = $("notices");
+  notices.append(el("p", {}, text));
+  while (notices.childElementCount > NOTICES_KEPT) notices.firstElementChild.remove();
+}
+
+function complain(error) {
+  notify(error instanceof ApiError ? `${error.errorName || error.status}: ${error.message}` : String(error));
+}
+
+// The token form, shown when the API answers 401; resolves with what the person typed.
+setTokenPrompt(
+  (refused) =>
+    new Promise((resolve) => {
+      const form = $("token-form");
+      form.querySelector(".hint").textContent = refused
+        ? "that token was refused; try again"
+        : "this server needs its bearer token; it is kept in this tab only";
+      form.hidden = false;
+      $("token").value = "";
+      $("token").focus();
+      form.onsubmit = (submitted) => {
+        submitted.preventDefault();
+        form.hidden = true;
+        resolve($("token").value.trim());
+      };
+    }),
+);
+
+// ---- the session list ------------------------------------------------------------------------
+
+async function refreshSessions() {
+  const sessions = await api("GET", path.sessions(page.listLimit));
+  $("sessions").replaceChildren(...sessionItems(sessions, page.sessionId));
+  $("more-sessions").hidden = sessions.length < page.listLimit || page.listLimit >= LIST_MAX;
+  const shown = sessions.find((session) => session.id === page.sessionId);
+  if (shown) showSessionHead(shown);
+  else if (page.sessionId) showSessionHead(await api("GET", path.session(page.sessionId))); // not on the first page
+}
+
+// One refresh at a time; an event that arrives during one asks for another after it, so the list
+// never stays behind the last event seen.
+let refreshing = null;
+let refreshAgain = false;
+function refreshSoon() {
+  if (refreshing) {
+    refreshAgain = true;
+    return;
+  }
+  refreshing = (async () => {
+    do {
+      refreshAgain = false;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      await refreshSessions().catch(() => {});
+    } while (refreshAgain);
+    refreshing = null;
+  })();
+}
+
+// ---- the selected session --------------------------------------------------------------------
+
+function showSessionHead(session) {
+  $("session-title").textContent = session.title || session.id;
+  const outcome = session.last_outcome ? `, last outcome: ${session.last_outcome}` : "";
+  $("session-state").textContent = `${session.status}${outcome}`;
+}
+
+function select(sessionId) {
+  if (sessionId === page.sessionId) return;
+  page.follower?.stop();
+  page.sessionId = sessionId;
+  page.dialogs.clear();
+  $("notices").replaceChildren();
+  page.history = sessionId ? new History($("history"), sessionId) : null;
+  page.follower = null;
+  if (!sessionId) {
+    $("history").replaceChildren();
+    $("session-title").textContent = "No session selected";
+    $("session-state").textContent = "";
+    return;
+  }
+  $("connection").textContent = "connecting…";
+  $("connection").dataset.state = "connecting";
+  const history = page.history;
+  page.follower = new EventFollower(path.events(sessionId), {
+    onEvent: (event) => applyEvent(history, event),
+    onDelta: (delta) => history.delta(delta),
+    onFrame: (type, data) => type === "stream.truncated" && history.truncated(data),
+    onOpen: () => loadPending(sessionId),
+    onState: (state) => {
+      $("connection").textContent = state === "live" ? "live" : "reconnecting…";
+      $("connection").dataset.state = state;
+    },
+  }).start();
+  refreshSoon();
+}
+
+const TURN_EVENTS = /^session\.(turn\.started|idle|execution\.)/;
+
+function applyEvent(history, event) {
+  if (history !== page.history) return;
+  history.apply(event);
+  page.dialogs.apply(event);
+  if (TURN_EVENTS.test(event.type) || event.type === "session.created") refreshSoon();
+  keepScrolledDown();
+}
+
+// At each (re)connection: what is pending now, also what a restart restored (same ids).
+async function loadPending(sessionId) {
+  try {
+    const [permissions, forms] = await Promise.all([
+      api("GET", path.permissions(sessionId)),
+      api("GET", path.forms(sessionId)),
+    ]);
+    if (sessionId === page.sessionId) page.dialogs.addPending(permissions, forms);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) notify("This session does not exist (any more).");
+  }
+}
+
+function keepScrolledDown() {
+  const scroller = document.scrollingElement;
+  if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 200) scroller.scrollTop = scroller.scrollHeight;
+}
+
+function route() {
+  const match = /^#\/session\/(.+)$/.exec(location.hash);
+  select(match ? decodeURIComponent(match[1]) : null);
+}
+
+// ---- what a person does ----------------------------------------------------------------------
+
+async function createSession(title) {
+  const session = await api("POST", path.sessions(), title ? { title } : {});
+  location.hash = `#/session/${encodeURIComponent(session.id)}`;
+  await refreshSessions();
+  return session;
+}
+
+async function sendPrompt() {
+  const box = $("prompt");
+  const text = box.value;
+  if (!text.trim()) return;
+  let sessionId = page.sessionId;
+  if (!sessionId) sessionId = (await createSession(text.trim().slice(0, 60))).id;
+  await api("POST", path.prompt(sessionId), { text });
+  if (box.value === text) box.value = "";
+}
+
+async function interrupt() {
+  if (!page.sessionId) return notify("Select a session first.");
+  const answer = await api("POST", path.interrupt(page.sessionId));
+  notify(answer.interrupted ? "Interrupt sent: the turn is stopping." : "Nothing to interrupt: no turn is running.");
+}
+
+function wire() {
+  $("composer").addEventListener("submit", (submitted) => {
+    submitted.preventDefault();
+    sendPrompt().catch(complain);
+  });
+  $("prompt").addEventListener("keydown", (key) => {
+    if (key.key === "Enter" && !key.shiftKey && !key.isComposing) {
+      key.preventDefault();
+      sendPrompt().catch(complain);
+    }
+  });
+  $("interrupt").addEventListener("click", () => interrupt().catch(complain));
+  $("new-session").addEventListener("submit", (submitted) => {
+    submitted.preventDefault();
+    createSession($("new-title").value.trim())
+      .then(() => ($("new-title").value = ""))
+      .catch(complain);
+  });
+  $("more-sessions").addEventListener("click", () => {
+    page.listLimit = Math.min(page.listLimit + LIST_PAGE, LIST_MAX);
+    refreshSessions().catch(complain);
+  });
+  window.addEventListener("hashchange", route);
+  setInterval(() => document.visibilityState === "visible" && refreshSessions().catch(() => {}), LIST_REFRESH_MS);
+}
+
+wire();
+route();
+refreshSessions().catch(complain);
