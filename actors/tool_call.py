@@ -13,6 +13,8 @@ asked for the call, or ``execute`` for a nested call) before the actor starts. I
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -22,6 +24,7 @@ from actors import permission_wait, settlement, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
+from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import ToolFailure
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
@@ -141,7 +144,8 @@ async def _run_bounded(
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()
-            output = await _run_publishing_progress(turn, tool, call, context)
+            with _probed(turn, call, tool):
+                output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
             return output
         except ToolFailure:
@@ -151,6 +155,21 @@ async def _run_bounded(
             raise ToolFailure(type="error", message=f"{type(exc).__name__}: {exc}") from exc
     assert running.scope.cancelled_caught and limit is not None
     raise ToolFailure(type="timeout", message=f"the {tool.deadline_scope} deadline of {limit:g}s passed")
+
+
+@contextlib.contextmanager
+def _probed(turn: TurnScope, call: ToolCallRow, tool: Tool) -> Iterator[None]:
+    """Under the chaos campaign, let a plugin's awaits and declared checkpoints reach the injector."""
+    injector = turn.runtime.injector
+    if injector is None or not tool.observed:
+        yield
+        return
+    probe = PluginProbe(injector=injector, turn=turn, tool=call.name, task=trio.lowlevel.current_task())
+    token = CURRENT_PROBE.set(probe)
+    try:
+        yield
+    finally:
+        CURRENT_PROBE.reset(token)
 
 
 async def _run_publishing_progress(

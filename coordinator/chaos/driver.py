@@ -18,8 +18,10 @@ import trio.testing
 
 from coordinator import Coordinator, errors, open_coordinator
 from coordinator.chaos.injector import MAX_FAULTS, ChaosInjector, Job, Park, Phase
+from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.person import respond
 from coordinator.chaos.record import PhaseRecord, RunRecord, read_view
+from coordinator.chaos.scenario import SCENARIO_PATIENCE, ScenarioRun, run_scenario
 from coordinator.chaos.watch import CommitWatch, check_bus, check_tasks, live_tasks, subscribe_all
 from coordinator.chaos.world import ChaosModel, World
 from coordinator.events import Event
@@ -50,6 +52,7 @@ class RunState:
     injector: ChaosInjector
     model: ChaosModel
     clock: trio.testing.MockClock
+    ledger: ProcessLedger = attrs.Factory(ProcessLedger)
 
 
 @attrs.define(eq=False)
@@ -106,7 +109,9 @@ async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome
     async with open_coordinator(
         config, model=state.model, synchronous="normal", injector=state.injector
     ) as coord:
-        watch = CommitWatch(state.record, coord.store, number, lambda: send.send_nowait(TICK))
+        watch = CommitWatch(
+            state.record, coord.store, number, lambda: send.send_nowait(TICK), ledger=state.ledger
+        )
         state.injector.phase = Phase(
             number=number,
             park=send.send_nowait,
@@ -119,10 +124,17 @@ async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome
             responder, subscriber = trio.CancelScope(), trio.CancelScope()
             nursery.start_soon(respond, coord, jobs_receive, responder)
             nursery.start_soon(subscribe_all, coord, outcome.first_seq, seen, subscriber)
-            if number == 0:
+            scenario = None
+            if number == 0 and state.world.scenario is not None:
+                scenario = ScenarioRun()
+                user = state.world.scenario
+                nursery.start_soon(run_scenario, user, coord, scenario, state.record, watch.tick)
+            elif number == 0:
                 await _start_sessions(state, coord)
-            outcome.end = await Driver(state, coord, number, receive, watch).drive()
+            outcome.end = await Driver(state, coord, number, receive, watch, scenario).drive()
             outcome.store_failed = watch.fired
+            if scenario is not None:
+                scenario.scope.cancel()
             responder.cancel()
             if outcome.end == "stuck":
                 subscriber.cancel()
@@ -160,7 +172,9 @@ class Driver:
         number: int,
         receive: trio.MemoryReceiveChannel[Any],
         watch: CommitWatch,
+        scenario: ScenarioRun | None = None,
     ) -> None:
+        self.scenario = scenario
         self.state = state
         self.record = state.record
         self.coord = coord
@@ -170,6 +184,7 @@ class Driver:
         self.teardown: Teardown | None = None
         self.applying: trio.Nursery
         self.idle_since: float | None = None
+        self.settled_since: float | None = None
 
     async def drive(self) -> str:
         """Apply faults until the phase ends; returns how it ended."""
@@ -185,7 +200,12 @@ class Driver:
             while time.monotonic() - started < REAL_LIMIT:
                 if self.teardown is not None and self.teardown.done.is_set():
                     return self.teardown.kind
-                if self.teardown is None and self._all_settled():
+                if self.record.discovering:
+                    self.record.discover(self.coord.store.read)
+                settled = self._all_settled()
+                if not settled:
+                    self.settled_since = None
+                if self.teardown is None and settled and self._scenario_over():
                     await self._close()
                     return "done"
                 if self.teardown is None and self._wedged():
@@ -205,6 +225,17 @@ class Driver:
             1, f"phase {self.number} did not end ({limit:g}s of trio time, {REAL_LIMIT:g}s real)"
         )
         return "stuck"
+
+    def _scenario_over(self) -> bool:
+        """The scenario returned, or lingers with every turn settled (waiting on a stream, say)."""
+        if self.scenario is None or self.scenario.done:
+            return True
+        now = trio.current_time()
+        self.settled_since = now if self.settled_since is None else self.settled_since
+        if now - self.settled_since < SCENARIO_PATIENCE:
+            return False
+        self.scenario.scope.cancel()
+        return True
 
     async def _close(self) -> None:
         self.watch.disarm()
@@ -264,6 +295,8 @@ class Driver:
             park.released.set()  # a second shutdown changes nothing
             return
         self._applied(park, kind)
+        if self.scenario is not None:
+            self.scenario.scope.cancel()  # the user's program goes down with its coordinator
         teardown = self.teardown = Teardown(kind)
         if kind == "crash":
             assert self.state.injector.phase is not None
