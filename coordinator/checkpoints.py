@@ -150,7 +150,7 @@ async def run_observed(coroutine: Coroutine[Any, Any, T], on_await: Callable[[],
                 sent = await _forward(message)
             # Thrown in by trio (only for a yield it does not know): it belongs to the coroutine, which
             # gets it, and raises it, or handles it, as it would have under a plain await.
-            except BaseException as exc:  # noqa: ASYNC103
+            except BaseException as exc:
                 sent, thrown = None, exc
     finally:
         coroutine.close()

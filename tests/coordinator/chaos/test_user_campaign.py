@@ -89,7 +89,12 @@ def test_faults_land_while_a_plugin_awaits(tmp_path: Path) -> None:
 
 def _chaos(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        coordinator("chaos", *args), cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=DEADLINE
+        coordinator("chaos", *args),
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
     )
 
 
@@ -106,7 +111,9 @@ def test_the_command_holds_over_a_well_behaved_plugin(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 of 12 runs failed; every invariant held" in result.stdout
     rows = _rows(result.stdout)
-    assert {"plugin.tidy.await", "plugin.tidy.helper-started", "tool.start", "total"} <= set(rows), result.stdout
+    assert {"plugin.tidy.await", "plugin.tidy.helper-started", "tool.start", "total"} <= set(rows), (
+        result.stdout
+    )
     assert rows["plugin.tidy.await"] + rows["plugin.tidy.helper-started"] > 0, result.stdout
     assert _helpers() == []
 

@@ -40,7 +40,7 @@ async def test_each_test_coordinator_has_its_own_database(tmp_path: Path) -> Non
         assert await second.list_sessions() == []
 
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 from coordinator.testing import run_chaos
 
 async def test_the_fixture_is_a_coordinator(test_coordinator):
@@ -56,7 +56,7 @@ async def scenario(coord):
 
 async def test_run_chaos_from_a_users_test(chaos_runs, chaos_seed):
     await run_chaos(scenario, runs=chaos_runs, seed=chaos_seed)
-'''
+"""
 
 
 def test_the_pytest_plugin_offers_its_fixtures_and_options(tmp_path: Path) -> None:

@@ -50,7 +50,9 @@ async def test_a_leaky_plugin_fails_with_the_leak_named_and_its_replay_fails_ali
     failure = caught.value
     assert failure.seed == 3 and failure.run in range(RUNS)
     assert f"invariant 6: tool leaky {LEAK}" in failure.violations
-    assert failure.replay.startswith(f"await run_chaos(scenario, config='{config}', script='{script}', seed=3")
+    assert failure.replay.startswith(
+        f"await run_chaos(scenario, config='{config}', script='{script}', seed=3"
+    )
     only = int(re.search(r"only=(\d+)", failure.replay)[1])  # type: ignore[index]
     schedule = re.search(r"schedule='([^']*)'", failure.replay)[1]  # type: ignore[index]
     with pytest.raises(ChaosFailure) as again:
@@ -82,7 +84,9 @@ async def test_a_declared_checkpoint_is_hit_by_the_faults_of_run_chaos(tmp_path:
     assert quiet.record.violations == []
     occurrence = quiet.record.checkpoints.index(point) + 1
     with pytest.raises(ChaosFailure) as caught:
-        await run_chaos(allow, config=config, script=script, only=0, schedule=f"{occurrence}:{point}:shutdown")
+        await run_chaos(
+            allow, config=config, script=script, only=0, schedule=f"{occurrence}:{point}:shutdown"
+        )
     assert caught.value.schedule == f"{occurrence}:{point}:shutdown"
     assert f"invariant 6: tool leaky {LEAK}" in caught.value.violations
     await run_chaos(allow, config=config, script=script, only=0, schedule="-")  # no fault: no leak
