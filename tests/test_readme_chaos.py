@@ -52,6 +52,8 @@ def test_the_readme_example_fails_for_the_leaky_plugin_and_holds_once_it_kills_i
     result, shown = _run(tmp_path, failing)
     assert (result.returncode, shown) == (1, 1), result.stdout + result.stderr
     assert LEAK in result.stdout
+    shown_run = failing[failing.index("\nrun ") + 1 : failing.index("\n...\n$ echo")]
+    assert shown_run in result.stdout  # the failing run as the README shows it, replay line included
     assert "plugin.crunch.await " in result.stdout and "plugin.crunch.helper-started " in result.stdout
     replay = re.findall(r"^  replay:   coordinator (.*)$", result.stdout, re.MULTILINE)[0]
     assert "--config chaos.toml --script script.json" in replay

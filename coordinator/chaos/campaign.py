@@ -28,10 +28,11 @@ import trio
 from trio.testing import MockClock
 
 from coordinator.chaos import processes
-from coordinator.chaos.driver import RunState, run_phase
+from coordinator.chaos.driver import RunState
 from coordinator.chaos.faults import Injection, format_schedule
 from coordinator.chaos.injector import ChaosInjector
 from coordinator.chaos.invariants import check_run
+from coordinator.chaos.phase import run_phase
 from coordinator.chaos.record import RunRecord, StoreView
 from coordinator.chaos.setup import Setup
 from coordinator.chaos.world import ChaosModel, World, make_user_world, make_world

@@ -95,7 +95,7 @@ PATIENCE = 0.5
 
 
 def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) -> World:
-    """Draw a world on the user's config: their script in 1-2 sessions, or their scenario.
+    """Draw a world on the user's config: their script in one session (1-2 prompts), or their scenario.
 
     Without a script or a scenario, the built-in programs run under the user's rules and timeouts,
     with the user's plugins loaded beside the campaign's own.
@@ -107,7 +107,9 @@ def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) 
         return attrs.evolve(
             builtin, config=config, external=_own_deadlines(user), turn_limit=config.timeouts.turn
         )
-    sessions = 0 if setup.scenario is not None else rng.choice((1, 1, 2))
+    # One session (as the built-in runs with real processes): at real speed, two sessions would
+    # interleave by timing, and a replay would no longer meet the same checkpoints in the same order.
+    sessions = 0 if setup.scenario is not None else 1
     script = setup.script or ({"text": "done"},)
     timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
     server = attrs.evolve(user.server, db=str(db))

@@ -122,7 +122,7 @@ def test_the_command_holds_over_a_well_behaved_plugin(tmp_path: Path) -> None:
 def test_the_command_fails_over_a_leaky_plugin_and_its_replay_reproduces_it(tmp_path: Path) -> None:
     """Exit 1, the leak named with its tool, and a replay line (with --config, --script) that fails alike."""
     write_files(tmp_path, "leaky")
-    result = _chaos(tmp_path, "--config", "chaos.toml", "--script", "script.json", "--runs", "6")
+    result = _chaos(tmp_path, "--config", "chaos.toml", "--script", "script.json", "--runs", "12")
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"invariant 6: tool leaky {LEAK}" in result.stdout
     replays = re.findall(r"^  replay:   (.*)$", result.stdout, re.MULTILINE)
