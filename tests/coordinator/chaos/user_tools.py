@@ -38,3 +38,12 @@ async def tidy(seconds: float, progress: Callable[[Any], None]) -> str:
         with trio.move_on_after(5, shield=True):
             os.killpg(helper.pid, signal.SIGKILL)
             await helper.wait()
+
+
+async def unwinding(seconds: float) -> str:
+    """Fail at once, then clean up (shielded) for ``seconds``: longer than the tool's deadline, say."""
+    try:
+        raise RuntimeError("it broke")
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(seconds)
