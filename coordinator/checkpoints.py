@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 import attrs
+import outcome
 import trio
 
 KINDS = (
@@ -146,11 +147,12 @@ async def run_observed(coroutine: Coroutine[Any, Any, T], on_await: Callable[[],
                 return stop.value  # type: ignore[no-any-return]
             thrown = None
             on_await()
-            try:
-                sent = await _forward(message)
-            # Thrown in by trio (only for a yield it does not know): it belongs to the coroutine, which
-            # gets it, and raises it, or handles it, as it would have under a plain await.
-            except BaseException as exc:
-                sent, thrown = None, exc
+            # What trio throws in (only for a yield it does not know) belongs to the coroutine, which
+            # gets it and raises it, or handles it, as it would have under a plain await.
+            answer = await outcome.acapture(_forward, message)
+            if isinstance(answer, outcome.Value):
+                sent = answer.value
+            else:
+                sent, thrown = None, answer.error
     finally:
         coroutine.close()

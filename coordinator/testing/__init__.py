@@ -57,10 +57,13 @@ The test fails, naming the tool and the process it left, with the call that repl
 
     ChaosFailure: chaos run 0 of seed 0 failed:
       invariant 6: tool crunch left a process running after its call c1 settled: sleep 60
-      schedule: 4:model.reply:tool_error
+      schedule: 8:plugin.crunch.helper-started:model_error/malformed
       replay:   await run_chaos(scenario, config='chaos.toml', script='script.json', seed=0, only=0, schedule='-')
 
-(``schedule='-'``: no injected fault was needed, the scenario's own interrupt was enough.) The fix
+(``schedule`` is what run 0 injected; the replay's is what shrinking kept, here nothing: the
+scenario's own interrupt is enough to leave the helper behind.) With ``chaos.toml`` as in the README
+(``[[plugin]] entry = "mytools:crunch"``, an ``ask`` rule for it) and ``script.json`` calling ``crunch``
+with ``{"seconds": 0.2}``, then text. The fix
 stops the helper's whole process group however the call ends::
 
     async def crunch(seconds: float, progress) -> str:
