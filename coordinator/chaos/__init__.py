@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     setup = user_setup(args)
     if setup is not None and rounds:
         raise ConfigError(
-            "runs the built-in programs only; drop it with --config/--script", "--process-rounds"
+            "runs the built-in programs only: not with --config or --script", "--process-rounds"
         )
     ok = run_campaign(
         args.seed,

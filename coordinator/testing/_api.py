@@ -93,7 +93,8 @@ async def run_chaos(
         seed: the campaign's seed.
         only: run only this run (a replay); ``schedule``: with it, inject exactly these faults.
 
-    **Cancellation:** waits for the run in progress to end (a run is bounded).
+    **Cancellation:** waits for the run in progress to end (a run is bounded). The calling test waits
+    on a thread: under an autojump clock, a deadline around this call would fire at once.
 
     **Raises:** ``ChaosFailure`` with ``seed``, ``run``, ``schedule``, ``replay`` and ``violations``;
     ``ConfigError`` for a bad config, plugin or script; ``ValueError`` for a bad ``schedule``.
