@@ -84,17 +84,31 @@ campaign from the command line, without a scenario (README, "Chaos-testing your 
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, Any
+
 from coordinator.checkpoints import checkpoint
 from coordinator.errors import ChaosFailure
-from coordinator.testing._api import open_test_coordinator, run_chaos
+
+if TYPE_CHECKING:
+    from coordinator.testing._api import open_test_coordinator, run_chaos
 
 __all__ = ["ChaosFailure", "checkpoint", "open_test_coordinator", "run_chaos"]
 
-try:
-    import pytest  # noqa: F401 (only to know whether the pytest plugin can be offered)
-except ImportError:  # without pytest, this module is the API alone
-    pass
-else:
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: a plugin tool imports ``checkpoint`` alone, in a server too, and should not
+    # load the whole campaign (nor, through trio.testing, pytest) with it.
+    if name in ("open_test_coordinator", "run_chaos"):
+        from coordinator.testing import _api
+
+        return getattr(_api, name)
+    raise AttributeError(f"module 'coordinator.testing' has no attribute {name!r}")
+
+
+# The pytest plugin's hooks and fixtures, offered only inside pytest (``-p coordinator.testing`` imports
+# this module once pytest runs): a plugin tool importing ``checkpoint`` in a server loads no pytest.
+if "pytest" in sys.modules:
     from coordinator.testing._pytest_plugin import (  # noqa: F401 (found by pytest on this module)
         chaos_runs,
         chaos_seed,
