@@ -13,6 +13,8 @@ asked for the call, or ``execute`` for a nested call) before the actor starts. I
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -22,6 +24,7 @@ from actors import permission_wait, settlement, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
+from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
@@ -145,7 +148,8 @@ async def _run_bounded(
             # be long past (a permission wait), and another instance may have taken the turn over
             # and restored this very call meanwhile (design/model/README.md, finding 1).
             turn.check_claim()
-            output = await _run_publishing_progress(turn, tool, call, context)
+            with _probed(turn, call, tool):
+                output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
             return output
         except (ToolFailure, Fenced):
@@ -157,6 +161,21 @@ async def _run_bounded(
     raise ToolFailure(type="timeout", message=f"the {tool.deadline_scope} deadline of {limit:g}s passed")
 
 
+@contextlib.contextmanager
+def _probed(turn: TurnScope, call: ToolCallRow, tool: Tool) -> Iterator[None]:
+    """Under the chaos campaign, let a plugin's awaits and declared checkpoints reach the injector."""
+    injector = turn.runtime.injector
+    if injector is None or not tool.observed:
+        yield
+        return
+    probe = PluginProbe(injector=injector, turn=turn, tool=call.name, task=trio.lowlevel.current_task())
+    token = CURRENT_PROBE.set(probe)
+    try:
+        yield
+    finally:
+        CURRENT_PROBE.reset(token)
+
+
 async def _run_publishing_progress(
     turn: TurnScope, tool: Tool, call: ToolCallRow, context: ToolContext
 ) -> Any:
@@ -166,9 +185,13 @@ async def _run_publishing_progress(
             output = await tool.run(context, call.input)
             progress.cancel_scope.cancel(reason="the tool returned: no more progress")
     except BaseExceptionGroup as group:
-        # The tool's own exception, alone in the group the progress nursery wrapped it in.
-        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
-            raise group.exceptions[0] from None  # noqa: ASYNC123 (a lone child; nothing is lost)
+        # The tool's own exception, alone in the group the progress nursery wrapped it in, or beside
+        # the Cancelled of a stop or a deadline that came while the tool was raising it (chaos F18):
+        # the tool failed first, and that is its call's failure. The cancellation is not lost: its
+        # scope stays cancelled, so the next checkpoint outside the settlement raises it again.
+        errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
+        if len(errors) == 1 and isinstance(errors[0], Exception):
+            raise errors[0] from None  # noqa: ASYNC123 (the tool's error; nothing else is lost)
         raise
     return output
 

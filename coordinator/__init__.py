@@ -1,7 +1,8 @@
 """An actor-based execution coordinator for agent servers, on trio, with typed stop reasons.
 
 The public surface is ``open_coordinator`` and the ``Coordinator`` it yields, plus the public modules
-``coordinator.reasons``, ``coordinator.errors`` and ``coordinator.events``.
+``coordinator.reasons``, ``coordinator.errors`` and ``coordinator.events``, and ``coordinator.testing``
+(chaos-testing a user's own tools and flows; also a pytest plugin).
 """
 
 from __future__ import annotations

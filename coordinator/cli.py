@@ -109,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo, log_level=logging.WARNING)
 
     chaos = commands.add_parser("chaos", help="run the fault-injection campaign")
+    chaos.add_argument(
+        "--config",
+        metavar="FILE",
+        help="your config: its plugins, permission rules and timeouts (section 15)",
+    )
+    chaos.add_argument(
+        "--script",
+        metavar="FILE",
+        help="what the scripted model asks for (section 8); default built-in programs",
+    )
     chaos.add_argument("--runs", metavar="N", type=int, default=100, help="how many runs (default 100)")
     chaos.add_argument("--seed", metavar="S", type=int, default=0, help="the first run's seed (default 0)")
     chaos.add_argument("--only", metavar="K", type=int, help="run only run number K of the seed (a replay)")

@@ -28,6 +28,9 @@
     ├── ModelError                       the model failed after retries; the turn stops with error
     └── ToolFailure                      a tool fails its own call with a typed error
 
+    ChaosFailure (an AssertionError)     ``coordinator.testing.run_chaos``: a run broke an invariant;
+                                         the coordinator never raises it, a user's test does
+
 Errors that reach a client carry their details as attrs fields; the server renders them as
 ``{"error": {"name", "message", **details}}`` and the embedder catches the same classes.
 """
@@ -286,3 +289,22 @@ class ToolFailure(CoordinatorError):
 
     def __str__(self) -> str:
         return self.message
+
+
+@attrs.define(eq=False, kw_only=True)
+class ChaosFailure(AssertionError):
+    """A run of ``coordinator.testing.run_chaos`` broke an invariant (or the user's scenario raised).
+
+    An ``AssertionError``, so that a test framework reports it as a failed test. ``replay`` is the one
+    call that runs that same run again, with exactly the faults of ``schedule``.
+    """
+
+    seed: int
+    run: int
+    schedule: str  # the faults injected, as ``coordinator chaos --schedule`` reads them
+    replay: str
+    violations: tuple[str, ...]
+
+    def __str__(self) -> str:
+        shown = "\n".join(f"  {v}" for v in self.violations)
+        return f"chaos run {self.run} of seed {self.seed} failed:\n{shown}\n  schedule: {self.schedule}\n  replay:   {self.replay}"

@@ -46,3 +46,42 @@ def test_an_event_is_exactly_its_contract_json() -> None:
         "turn_id": "u",
         "outcome": "succeeded",
     }
+
+
+def test_the_testing_module_exports_exactly_its_names() -> None:
+    """Contract section 15: what a user's tests and plugins import from ``coordinator.testing``."""
+    import attrs
+
+    from coordinator import testing
+
+    assert sorted(testing.__all__) == ["ChaosFailure", "checkpoint", "open_test_coordinator", "run_chaos"]
+    fields = [f.name for f in attrs.fields(testing.ChaosFailure)]
+    assert fields == ["seed", "run", "schedule", "replay", "violations"]
+    assert issubclass(testing.ChaosFailure, AssertionError)
+    # The pytest plugin's fixtures and option hook live on the module (``pytest -p coordinator.testing``).
+    for name in ("pytest_addoption", "test_coordinator", "chaos_runs", "chaos_seed"):
+        assert hasattr(testing, name), name
+
+
+def test_the_chaos_command_takes_the_users_files() -> None:
+    """``coordinator chaos --config FILE [--script FILE] [--runs N] [--seed S] [--jobs J]`` (section 15)."""
+    from coordinator.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["chaos", "--config", "c.toml", "--script", "s.json", "--runs", "3", "--seed", "4", "--jobs", "2"]
+    )
+    assert (args.config, args.script, args.runs, args.seed, args.jobs) == ("c.toml", "s.json", 3, 4, 2)
+    replay = build_parser().parse_args(["chaos", "--only", "5", "--schedule", "3:tool.start:crash"])
+    assert (replay.only, replay.schedule) == (5, "3:tool.start:crash")
+
+
+async def test_a_declared_checkpoint_does_nothing_without_a_campaign() -> None:
+    """``checkpoint(name)`` is free in production: not even a trio checkpoint (no Cancelled from it)."""
+    import trio
+
+    from coordinator.testing import checkpoint
+
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await checkpoint("anything at all")
+    assert not scope.cancelled_caught

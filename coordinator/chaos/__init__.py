@@ -16,6 +16,8 @@ from coordinator.chaos import processes
 from coordinator.chaos.campaign import fails_with, run_many, scratch_root, shrink
 from coordinator.chaos.faults import Injection, ScheduleError, parse_schedule
 from coordinator.chaos.report import Failure, Progress, print_summary
+from coordinator.chaos.setup import Setup
+from coordinator.errors import ConfigError
 
 # Failing runs shrunk and printed in full; the others are counted.
 SHRUNK_FAILURES = 5
@@ -26,9 +28,12 @@ __all__ = ["main", "run_campaign"]
 def main(args: argparse.Namespace) -> int:
     """Run the campaign the command line asked for; 0 when every invariant held in every run.
 
-    Reads ``args.runs`` and ``args.seed``, and, when the parser defines them, ``only`` (replay one run
+    Reads ``args.runs`` and ``args.seed``, and, when the parser defines them, ``config`` and
+    ``script`` (the user's plugins, rules, timeouts and model script), ``only`` (replay one run
     index), ``schedule`` (with ``only``: inject exactly these faults), ``jobs`` (worker processes),
     ``process_rounds`` (rounds of process-level chaos against ``coordinator serve``) and ``shrink``.
+
+    **Raises:** ``ConfigError`` for a bad config, plugin or script (the CLI exits 2).
     """
     out = sys.stdout
     try:
@@ -38,6 +43,12 @@ def main(args: argparse.Namespace) -> int:
         return 2
     only = getattr(args, "only", None)
     indices = [only] if only is not None else list(range(args.runs))
+    rounds = getattr(args, "process_rounds", 0) or 0
+    setup = user_setup(args)
+    if setup is not None and rounds:
+        raise ConfigError(
+            "runs the built-in programs only: not with --config or --script", "--process-rounds"
+        )
     ok = run_campaign(
         args.seed,
         indices,
@@ -45,13 +56,24 @@ def main(args: argparse.Namespace) -> int:
         schedule=schedule,
         jobs=getattr(args, "jobs", 1) or 1,
         shrinking=getattr(args, "shrink", True),
+        setup=setup,
     )
-    rounds = getattr(args, "process_rounds", 0) or 0
     if rounds:
         from coordinator.chaos.process_chaos import run_process_chaos
 
         ok = run_process_chaos(rounds, args.seed, out=out) and ok
     return 0 if ok else 1
+
+
+def user_setup(args: argparse.Namespace) -> Setup | None:
+    """The user's config and script from ``--config`` / ``--script``; None for the built-in campaign.
+
+    **Raises:** ``ConfigError`` (exit 2) for a config, a plugin or a script that cannot be used.
+    """
+    config, script = getattr(args, "config", None), getattr(args, "script", None)
+    if config is None and script is None:
+        return None
+    return Setup.load(config, script)
 
 
 def run_campaign(
@@ -62,20 +84,23 @@ def run_campaign(
     schedule: tuple[Injection, ...] | None = None,
     jobs: int = 1,
     shrinking: bool = True,
+    setup: Setup | None = None,
 ) -> bool:
     """Run the in-process campaign, print its table and failures; True when every run held."""
     progress = Progress(len(indices), out)
     started = time.perf_counter()
     with scratch_root() as scratch, processes.adopting_orphans():
         root = Path(scratch)
-        results = run_many(seed, indices, root=root, jobs=jobs, schedule=schedule, on_result=progress.update)
+        results = run_many(
+            seed, indices, root=root, jobs=jobs, schedule=schedule, on_result=progress.update, setup=setup
+        )
         progress.finish()
         seconds = time.perf_counter() - started
         failures: list[Failure] = []
         for result in (r for r in results if r.failed):
             shrunk = None
             if shrinking and schedule is None and len(failures) < SHRUNK_FAILURES:
-                shrunk = shrink(result.schedule, fails_with(seed, result.index, root=root))
+                shrunk = shrink(result.schedule, fails_with(seed, result.index, root=root, setup=setup))
             failures.append(Failure(result=result, shrunk=shrunk))
     print_summary(results, failures, seconds, out, jobs=jobs)
     return not failures

@@ -11,11 +11,13 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import gc
 import logging
 import multiprocessing
 import random
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +28,16 @@ import trio
 from trio.testing import MockClock
 
 from coordinator.chaos import processes
-from coordinator.chaos.driver import RunState, run_phase
+from coordinator.chaos.driver import RunState
 from coordinator.chaos.faults import Injection, format_schedule
 from coordinator.chaos.injector import ChaosInjector
 from coordinator.chaos.invariants import check_run
+from coordinator.chaos.phase import run_phase
 from coordinator.chaos.record import RunRecord, StoreView
+from coordinator.chaos.setup import Setup
 from coordinator.chaos.streaming import Streamed
-from coordinator.chaos.world import ChaosModel, World, make_world
+from coordinator.chaos.world import ChaosModel, World, make_user_world, make_world
+from coordinator.checkpoints import is_plugin_checkpoint
 from coordinator.models.base import ChatMessage
 
 # A run ends once a phase ends with every turn settled; the fault budget bounds the restarts well below.
@@ -53,6 +58,8 @@ class RunResult:
     world: str
     seconds: float
     errors: tuple[str, ...] = ()
+    reached: tuple[str, ...] = ()  # the plugin checkpoints the run passed (rows of the table)
+    setup: Setup | None = None  # the user's config and script, for the replay line
 
     @property
     def failed(self) -> bool:
@@ -76,25 +83,38 @@ class Run:
         return self.record.phases[-1].view
 
 
-def execute_run(seed: int, index: int, *, root: Path, schedule: tuple[Injection, ...] | None = None) -> Run:
+def execute_run(
+    seed: int,
+    index: int,
+    *,
+    root: Path,
+    schedule: tuple[Injection, ...] | None = None,
+    setup: Setup | None = None,
+) -> Run:
     """Drive run number ``index`` of campaign ``seed`` to its end (with ``schedule``'s faults if given)."""
     tag = f"{seed}:{index}"
     db = root / f"run-{seed}-{index}.sqlite"
     _remove(db)
-    world = make_world(random.Random(f"{tag}:world"), root, db)
-    record = RunRecord()
+    world_rng = random.Random(f"{tag}:world")
+    world = make_world(world_rng, root, db) if setup is None else make_user_world(world_rng, root, db, setup)
+    record = RunRecord(discovering=world.scenario is not None, external=world.external)
     injector = ChaosInjector(
         record,
         rng=random.Random(f"{tag}:faults"),
         responder_rng=random.Random(f"{tag}:person"),
         schedule=schedule,
         thinking=not world.processes,
+        patience=world.patience,
     )
-    model = ChaosModel()
+    model = ChaosModel(default=world.default_script)
     clock = MockClock(rate=1.0) if world.processes else MockClock(autojump_threshold=0)
     state = RunState(world=world, record=record, injector=injector, model=model, clock=clock)
+    before = processes.children()  # a test's own helpers are not this run's leftovers
+    state.ledger.baseline()
     with captured_logs() as logs, deterministic_scheduling(f"{tag}:trio"):
         trio.run(_run, state, clock=clock)
+    record.violations += state.ledger.finish()
+    _collect_leaked_handles()
     record.reasonless = [entry for entry in logs if entry.get("event") == "reasonless_cancel"]
     return Run(
         world=world,
@@ -102,15 +122,22 @@ def execute_run(seed: int, index: int, *, root: Path, schedule: tuple[Injection,
         requests=tuple(request.messages for request in model.requests),
         streams=tuple(model.streams),
         logs=tuple(logs),
-        leftovers=tuple(processes.leftovers()),
+        leftovers=tuple(processes.leftovers(before)),
         db=db,
     )
 
 
-def run_one(seed: int, index: int, *, root: Path, schedule: tuple[Injection, ...] | None = None) -> RunResult:
+def run_one(
+    seed: int,
+    index: int,
+    *,
+    root: Path,
+    schedule: tuple[Injection, ...] | None = None,
+    setup: Setup | None = None,
+) -> RunResult:
     """Run number ``index`` of campaign ``seed`` and check the invariants; a passing run's file is removed."""
     started = time.perf_counter()
-    run = execute_run(seed, index, root=root, schedule=schedule)
+    run = execute_run(seed, index, root=root, schedule=schedule, setup=setup)
     record = run.record
     violations = check_run(
         record, run.view, requests=run.requests, leftovers=run.leftovers, streams=run.streams
@@ -127,6 +154,8 @@ def run_one(seed: int, index: int, *, root: Path, schedule: tuple[Injection, ...
         world=run.world.describe(),
         seconds=time.perf_counter() - started,
         errors=tuple(_describe_log(e) for e in run.logs if e.get("event") != "reasonless_cancel"),
+        reached=tuple(sorted({name for name in record.checkpoints if is_plugin_checkpoint(name)})),
+        setup=None if setup is None else attrs.evolve(setup, scenario=None),
     )
 
 
@@ -161,13 +190,21 @@ def shrink(
     return current
 
 
-def fails_with(seed: int, index: int, *, root: Path) -> Callable[[tuple[Injection, ...]], bool]:
+def fails_with(
+    seed: int, index: int, *, root: Path, setup: Setup | None = None
+) -> Callable[[tuple[Injection, ...]], bool]:
     """Whether run ``index`` of ``seed`` fails with a given schedule: the predicate ``shrink`` needs."""
-    return lambda schedule: run_one(seed, index, root=root, schedule=schedule).failed
+    return lambda schedule: run_one(seed, index, root=root, schedule=schedule, setup=setup).failed
 
 
-def replay_command(seed: int, index: int, schedule: tuple[Injection, ...] | None = None) -> str:
-    line = f"coordinator chaos --runs 1 --seed {seed} --only {index}"
+def replay_command(
+    seed: int, index: int, schedule: tuple[Injection, ...] | None = None, setup: Setup | None = None
+) -> str:
+    """The one line that reruns run ``index`` (with exactly ``schedule``, if given) on the same files."""
+    flags = "" if setup is None else setup.flags()
+    line = " ".join(
+        part for part in ("coordinator chaos", flags, f"--runs 1 --seed {seed} --only {index}") if part
+    )
     return line if schedule is None else f"{line} --schedule '{format_schedule(schedule)}'"
 
 
@@ -188,6 +225,17 @@ def deterministic_scheduling(seed: str) -> Iterator[None]:
         yield
     finally:
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved  # type: ignore[misc]
+
+
+def _collect_leaked_handles() -> None:
+    """Drop what a run's tools left (a ``Popen`` never waited for) now, without its ResourceWarning.
+
+    The leak is reported already, as a violation naming the tool; its warning would surface later,
+    in whatever code runs when the garbage collector finds it (a user's next test, under pytest).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def _remove(db: Path) -> None:
@@ -245,15 +293,16 @@ def run_many(
     jobs: int = 1,
     schedule: tuple[Injection, ...] | None = None,
     on_result: Callable[[RunResult], None] = lambda result: None,
+    setup: Setup | None = None,
 ) -> list[RunResult]:
     """Run ``indices`` of campaign ``seed``, in ``jobs`` worker processes (forked) when more than one."""
     results = []
-    if jobs <= 1 or len(indices) < 2:
+    if jobs <= 1 or len(indices) < 2 or (setup is not None and setup.scenario is not None):
         for index in indices:
-            results.append(run_one(seed, index, root=root, schedule=schedule))
+            results.append(run_one(seed, index, root=root, schedule=schedule, setup=setup))
             on_result(results[-1])
         return results
-    work = functools.partial(_work, seed, root, schedule)
+    work = functools.partial(_work, seed, root, schedule, setup)
     context = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker) as pool:
         for result in pool.map(work, indices, chunksize=4):
@@ -266,5 +315,7 @@ def _start_worker() -> None:
     processes.adopt_orphans()
 
 
-def _work(seed: int, root: Path, schedule: tuple[Injection, ...] | None, index: int) -> RunResult:
-    return run_one(seed, index, root=root, schedule=schedule)
+def _work(
+    seed: int, root: Path, schedule: tuple[Injection, ...] | None, setup: Setup | None, index: int
+) -> RunResult:
+    return run_one(seed, index, root=root, schedule=schedule, setup=setup)

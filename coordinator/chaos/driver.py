@@ -1,14 +1,12 @@
-"""One phase of a run: a coordinator opened on the run's database, driven until it ends.
+"""The driver of a phase (``phase.py`` opens it): applies the faults, and says when the phase is over.
 
-The driver creates the sessions and prompts (first phase), applies the faults that actors park for
-(interrupt, decline, deadline, shutdown, crash), lets the responder answer the waits, and ends the phase
-when every turn has settled (a clean shutdown), when a shutdown or a crash it applied is complete, or
-when a session is wedged by a failed commit (then it shuts down, and the next phase resumes it).
+It applies the faults that actors park for (interrupt, decline, deadline, shutdown, crash) and ends the
+phase when every turn has settled (a clean shutdown), when a shutdown or a crash it applied is complete,
+or when a session is wedged by a failed commit (then it shuts down, and the next phase resumes it).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -16,16 +14,15 @@ import attrs
 import trio
 import trio.testing
 
-from coordinator import Coordinator, errors, open_coordinator
-from coordinator.chaos.injector import MAX_FAULTS, ChaosInjector, Job, Park, Phase
-from coordinator.chaos.person import respond
-from coordinator.chaos.record import PhaseRecord, RunRecord, read_view
-from coordinator.chaos.watch import CommitWatch, check_bus, check_tasks, live_tasks, subscribe_all
+from coordinator import Coordinator, errors
+from coordinator.chaos.injector import ChaosInjector, Park
+from coordinator.chaos.leaks import ProcessLedger
+from coordinator.chaos.record import RunRecord
+from coordinator.chaos.scenario import SCENARIO_PATIENCE, ScenarioRun
+from coordinator.chaos.watch import CommitWatch, live_tasks
 from coordinator.chaos.world import ChaosModel, World
-from coordinator.events import Event
 from coordinator.reasons import Timeout
 from coordinator.records import Form, PermissionRequest
-from coordinator.store import open_store
 
 # Bounds in trio (mock) seconds: a phase that does not end is stuck; the driver looks around at least
 # this often while nothing happens, to notice a session wedged by a failed commit.
@@ -50,104 +47,13 @@ class RunState:
     injector: ChaosInjector
     model: ChaosModel
     clock: trio.testing.MockClock
+    ledger: ProcessLedger = attrs.Factory(ProcessLedger)
 
 
 @attrs.define(eq=False)
 class Teardown:
     kind: str  # shutdown | crash
     done: trio.Event = attrs.Factory(trio.Event)
-
-
-async def run_phase(state: RunState, number: int) -> PhaseRecord:
-    """Open a coordinator on the run's database and drive it until the phase ends; then read the store."""
-    outcome = PhaseOutcome()
-    try:
-        await _drive_coordinator(state, number, outcome)
-    except Exception as exc:  # the coordinator itself failed: a store failure it did not survive, a bug
-        state.record.violate(6, f"phase {number}: the coordinator failed: {exc!r}")
-    finally:
-        if state.injector.phase is not None:
-            state.injector.phase.open = False
-        state.injector.phase = None
-    check_tasks(state.record, number)
-    with open_store(state.world.config.server.db) as store:
-        view = read_view(store.read, state.record.sessions, list(state.record.turns))
-    # The driver shuts a wedged coordinator down (turns still running are suspended), and leaving
-    # ``open_coordinator`` after the coordinator failed does the same. A phase that is done has
-    # nothing left to suspend.
-    shutdown = outcome.end in ("wedged", "failed") or any(
-        a.phase == number and a.injection.fault.kind == "shutdown" for a in state.record.applied
-    )
-    return PhaseRecord(
-        number=number,
-        end=outcome.end,
-        instance_id=outcome.instance_id,
-        first_seq=outcome.first_seq,
-        shutdown=shutdown,
-        store_failed=outcome.store_failed,
-        view=view,
-    )
-
-
-@attrs.define
-class PhaseOutcome:
-    """How a phase ended, filled in as it goes (a coordinator that fails leaves ``end`` as it is)."""
-
-    end: str = "failed"
-    instance_id: str = ""
-    first_seq: int = 0
-    store_failed: bool = False
-
-
-async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome) -> None:
-    send, receive = trio.open_memory_channel[Any](math.inf)
-    jobs_send, jobs_receive = trio.open_memory_channel[Job](math.inf)
-    config = state.world.config
-    async with open_coordinator(
-        config, model=state.model, synchronous="normal", injector=state.injector
-    ) as coord:
-        watch = CommitWatch(state.record, coord.store, number, lambda: send.send_nowait(TICK))
-        state.injector.phase = Phase(
-            number=number,
-            park=send.send_nowait,
-            job=jobs_send.send_nowait,
-            fail_next_commit=watch.arm_failure,
-        )
-        outcome.instance_id, outcome.first_seq = coord.instance_id, coord.store.read.last_seq()
-        seen: list[Event] = []
-        async with trio.open_nursery() as nursery:
-            responder, subscriber = trio.CancelScope(), trio.CancelScope()
-            nursery.start_soon(respond, coord, jobs_receive, responder)
-            nursery.start_soon(subscribe_all, coord, outcome.first_seq, seen, subscriber)
-            if number == 0:
-                await _start_sessions(state, coord)
-            outcome.end = await Driver(state, coord, number, receive, watch).drive()
-            outcome.store_failed = watch.fired
-            responder.cancel()
-            if outcome.end == "stuck":
-                subscriber.cancel()
-        if outcome.end != "stuck":
-            check_bus(state.record, coord, outcome.first_seq, seen)
-
-
-async def _start_sessions(state: RunState, coord: Coordinator) -> None:
-    for script, prompts in zip(state.world.scripts, state.world.prompts, strict=True):
-        session = await _retrying(coord.create_session, "chaos")
-        state.record.sessions.append(session.id)
-        state.model.assign(session.id, script)
-        for number in range(prompts):
-            turn_id = await _retrying(coord.prompt, session.id, f"prompt {number}")
-            state.record.turns[turn_id] = session.id
-
-
-async def _retrying(function: Any, *args: Any) -> Any:
-    """Call a coordinator method again after an injected store failure (each fails one commit)."""
-    for _ in range(MAX_FAULTS):
-        try:
-            return await function(*args)
-        except errors.StoreError:
-            continue
-    return await function(*args)
 
 
 class Driver:
@@ -160,7 +66,9 @@ class Driver:
         number: int,
         receive: trio.MemoryReceiveChannel[Any],
         watch: CommitWatch,
+        scenario: ScenarioRun | None = None,
     ) -> None:
+        self.scenario = scenario
         self.state = state
         self.record = state.record
         self.coord = coord
@@ -170,6 +78,7 @@ class Driver:
         self.teardown: Teardown | None = None
         self.applying: trio.Nursery
         self.idle_since: float | None = None
+        self.settled_since: float | None = None
 
     async def drive(self) -> str:
         """Apply faults until the phase ends; returns how it ended."""
@@ -185,7 +94,12 @@ class Driver:
             while time.monotonic() - started < REAL_LIMIT:
                 if self.teardown is not None and self.teardown.done.is_set():
                     return self.teardown.kind
-                if self.teardown is None and self._all_settled():
+                if self.record.discovering:
+                    self.record.discover(self.coord.store.read)
+                settled = self._all_settled()
+                if not settled:
+                    self.settled_since = None
+                if self.teardown is None and settled and self._scenario_over():
                     await self._close()
                     return "done"
                 if self.teardown is None and self._wedged():
@@ -205,6 +119,17 @@ class Driver:
             1, f"phase {self.number} did not end ({limit:g}s of trio time, {REAL_LIMIT:g}s real)"
         )
         return "stuck"
+
+    def _scenario_over(self) -> bool:
+        """The scenario returned, or lingers with every turn settled (waiting on a stream, say)."""
+        if self.scenario is None or self.scenario.done:
+            return True
+        now = trio.current_time()
+        self.settled_since = now if self.settled_since is None else self.settled_since
+        if now - self.settled_since < SCENARIO_PATIENCE:
+            return False
+        self.scenario.scope.cancel()
+        return True
 
     async def _close(self) -> None:
         self.watch.disarm()
@@ -264,6 +189,8 @@ class Driver:
             park.released.set()  # a second shutdown changes nothing
             return
         self._applied(park, kind)
+        if self.scenario is not None:
+            self.scenario.scope.cancel()  # the user's program goes down with its coordinator
         teardown = self.teardown = Teardown(kind)
         if kind == "crash":
             assert self.state.injector.phase is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from coordinator.checkpoints import KINDS
+from coordinator.checkpoints import KINDS, is_declared_checkpoint, is_plugin_checkpoint
 
 FAULT_KINDS = (
     "interrupt",  # the user presses stop (the API's interrupt)
@@ -41,6 +41,15 @@ RAISED_AT: dict[str, frozenset[str]] = {
     "tool_error": frozenset({"tool.start", "tool.end", "nested.call"}),
 }
 USED_AT = {"model_error": "model.request", "tool_error": "tool.start"}
+
+
+def raised_here(kind: str, checkpoint: str) -> bool:
+    """Whether a component fault is raised right at ``checkpoint``: out of a plugin's declared
+    checkpoint too (its tool then raises); never at a plugin's implicit await, which the injector
+    cannot raise into without breaking what trio guarantees about the awaited operation."""
+    if checkpoint in RAISED_AT.get(kind, frozenset()):
+        return True
+    return kind == "tool_error" and is_declared_checkpoint(checkpoint)
 
 
 class ScheduleError(ValueError):
@@ -83,7 +92,7 @@ class Injection:
         parts = text.strip().split(":")
         if len(parts) != 3 or not parts[0].isdigit():
             raise ScheduleError(f"expected OCCURRENCE:CHECKPOINT:FAULT, got {text!r}")
-        if parts[1] not in KINDS:
+        if parts[1] not in KINDS and not is_plugin_checkpoint(parts[1]):
             raise ScheduleError(f"unknown checkpoint {parts[1]!r}")
         return cls(int(parts[0]), parts[1], Fault.parse(parts[2]))
 

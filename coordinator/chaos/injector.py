@@ -27,8 +27,18 @@ import attrs
 import trio
 
 from actors.context import TurnScope
-from coordinator.chaos.faults import DRIVEN, FAULT_KINDS, RAISED_AT, USED_AT, VARIANTS, Fault, Injection
+from coordinator.chaos.faults import (
+    DRIVEN,
+    FAULT_KINDS,
+    RAISED_AT,
+    USED_AT,
+    VARIANTS,
+    Fault,
+    Injection,
+    raised_here,
+)
 from coordinator.chaos.record import Applied, RunRecord
+from coordinator.checkpoints import PLUGIN_AWAIT
 from coordinator.errors import ModelError
 
 WAITS = {"permission.wait": "permission.asked", "form.wait": "form.asked"}
@@ -49,6 +59,17 @@ RATES = {
     "settle.step": 0.3,
     "settle.turn": 0.08,
 }
+# A plugin's awaits are many (each trio operation it awaits), the points it declares few.
+PLUGIN_AWAIT_RATE = 0.12
+DECLARED_RATE = 0.35
+
+
+def rate_of(name: str) -> float:
+    if name in RATES:
+        return RATES[name]
+    return PLUGIN_AWAIT_RATE if name.endswith(f".{PLUGIN_AWAIT}") else DECLARED_RATE
+
+
 # Faults a run may inject (drawn from BUDGETS); a schedule given by hand may have more.
 BUDGETS = (1, 1, 2, 2, 3)
 MAX_FAULTS = max(BUDGETS)
@@ -107,9 +128,11 @@ class ChaosInjector:
         responder_rng: random.Random,
         schedule: tuple[Injection, ...] | None = None,
         thinking: bool = True,
+        patience: float = 0.0,
     ) -> None:
         self.record = record
         self._thinking = thinking
+        self._patience = patience  # with a scenario: how long the person lets it answer first
         self._rng = rng
         self._responder_rng = responder_rng
         self._schedule = None if schedule is None else {i.occurrence: i for i in schedule}
@@ -129,8 +152,7 @@ class ChaosInjector:
         phase = self.phase
         if phase is None or not phase.open:
             return  # a dropped coordinator's actors unwinding: nothing to inject into
-        self.occurrence += 1
-        self.record.checkpoints.append(name)
+        self._count(name)
         if name == "turn.start":
             self.armed_at.pop(turn.turn_id, None)
         wait_id = self._wait_id(name, turn)
@@ -146,12 +168,38 @@ class ChaosInjector:
         if name == "turn.start":
             self.armed_at[turn.turn_id] = trio.current_time()
 
+    def notice(self, name: str, turn: Any) -> None:
+        """Maybe inject at a plugin's await (``coordinator/checkpoints.py``), without holding it there.
+
+        A fault a driver applies is handed over, and lands while the plugin awaits; a component fault
+        is armed for the session's next use of the component; a store failure fails the next commit.
+        """
+        phase = self.phase
+        if phase is None or not phase.open:
+            return
+        self._count(name)
+        injection = self._decide(name, turn)
+        if injection is None:
+            return
+        kind = injection.fault.kind
+        if kind in RAISED_AT:
+            self.armed[(turn.session_id, kind)] = injection
+        elif kind == "store_failure":
+            if phase.fail_next_commit(injection, turn):
+                self.applied(injection, turn, "the next commit fails")
+        else:
+            phase.park(Park(injection=injection, turn=turn, wait_id=None))
+
+    def _count(self, name: str) -> None:
+        self.occurrence += 1
+        self.record.checkpoints.append(name)
+
     def _decide(self, name: str, turn: TurnScope) -> Injection | None:
         if self._schedule is not None:
             found = self._schedule.get(self.occurrence)
             return found if found is not None and found.checkpoint == name else None
         crowded = name in WAITS and _pending_waits(turn) > 1
-        if self.budget <= 0 or self._rng.random() >= (CROWDED_WAIT_RATE if crowded else RATES[name]):
+        if self.budget <= 0 or self._rng.random() >= (CROWDED_WAIT_RATE if crowded else rate_of(name)):
             return None
         self.budget -= 1
         kind = self._rng.choice(CROWDED_FAULTS if crowded else FAULT_KINDS)
@@ -168,7 +216,7 @@ class ChaosInjector:
         """Inject; returns whether a wait opened here should still be answered."""
         kind = injection.fault.kind
         if kind in RAISED_AT:
-            if name in RAISED_AT[kind]:
+            if raised_here(kind, name):
                 self._raise(injection, phase, turn, "raised")
             self.armed[(turn.session_id, kind)] = injection
             return True
@@ -228,5 +276,5 @@ class ChaosInjector:
             kind, choice = "permission", rng.choice(("once", "once", "once", "always", "feedback"))
         else:
             kind, choice = "form", rng.choice(("submit", "submit", "submit", "feedback"))
-        think = rng.choice((0.0, 0.5, 1.0, 2.0, 3.0)) if self._thinking else 0.0
+        think = rng.choice((0.0, 0.5, 1.0, 2.0, 3.0)) if self._thinking else self._patience
         return Job(kind=kind, session_id=turn.session_id, wait_id=wait_id, think=think, choice=choice)

@@ -91,6 +91,8 @@ def _uncaused(record: RunRecord, turn_id: str, session_id: str, reason: Any) -> 
     if reason is None:
         return None
     kind = reason["type"]
+    if kind in record.external:
+        return None  # the user's own deadline, or their scenario's own interrupt or reject
     if kind == "interrupt" and session_id not in record.interrupted_sessions:
         return "no interrupt of its session was accepted"
     if kind == "declined" and (session_id, reason["call_id"]) not in record.declined_calls:

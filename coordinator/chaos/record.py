@@ -30,7 +30,10 @@ class Violation:
     message: str
 
     def __str__(self) -> str:
-        return f"invariant {self.invariant}: {self.message}"
+        # 0: the user's scenario failed (``run_chaos``), which is no invariant of the brief's.
+        return (
+            f"invariant {self.invariant}: {self.message}" if self.invariant else f"scenario: {self.message}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -119,6 +122,10 @@ class RunRecord:
     turns: dict[str, str] = attrs.Factory(dict)  # turn id -> session id
     # In-process runs see every commit (``CommitWatch``), so every stop intent; from outside, not.
     track_intents: bool = True
+    # A scenario makes the sessions and turns (``run_chaos``): the record takes them from the store.
+    discovering: bool = False
+    # Stop reasons that may come from the user's side with no fault injected (``World.external``).
+    external: frozenset[str] = frozenset()
     checkpoints: list[str] = attrs.Factory(list)  # every checkpoint reached, in order (occurrence - 1)
     decided: list[Injection] = attrs.Factory(list)
     applied: list[Applied] = attrs.Factory(list)
@@ -136,6 +143,14 @@ class RunRecord:
     violations: list[Violation] = attrs.Factory(list)
     reasonless: list[dict[str, Any]] = attrs.Factory(list)
     errors: list[str] = attrs.Factory(list)
+
+    def discover(self, read: Queries) -> None:
+        """Take the sessions and turns a scenario made (the driver made none) from the store."""
+        for session in read.list_sessions():
+            if session.id not in self.sessions:
+                self.sessions.append(session.id)
+            for turn_id in read.turn_ids_of_session(session.id):
+                self.turns.setdefault(turn_id, session.id)
 
     def live_turns(self) -> set[str]:
         return set(self.turns) - self.settled

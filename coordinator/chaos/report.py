@@ -61,19 +61,25 @@ def fault_table(results: Iterable[RunResult]) -> Counter[tuple[str, str]]:
     return Counter(pair for result in results for pair in result.applied)
 
 
-def missing_cells(table: Counter[tuple[str, str]]) -> list[str]:
-    return [f"{kind}@{point}" for point in KINDS for kind in FAULT_KINDS if not table[(kind, point)]]
+def checkpoint_rows(results: Iterable[RunResult]) -> tuple[str, ...]:
+    """The table's rows: the built-in checkpoints, then every plugin checkpoint the runs reached."""
+    plugins = sorted({name for result in results for name in result.reached})
+    return (*KINDS, *plugins)
 
 
-def print_table(table: Counter[tuple[str, str]], out: TextIO) -> None:
-    width = max(len(k) for k in KINDS)
+def missing_cells(table: Counter[tuple[str, str]], rows: tuple[str, ...] = KINDS) -> list[str]:
+    return [f"{kind}@{point}" for point in rows for kind in FAULT_KINDS if not table[(kind, point)]]
+
+
+def print_table(table: Counter[tuple[str, str]], out: TextIO, rows: tuple[str, ...] = KINDS) -> None:
+    width = max(len(k) for k in rows)
     heads = [k.replace("_", " ") for k in FAULT_KINDS]
     out.write(f"{'checkpoint':<{width}}  " + "  ".join(f"{h:>{max(len(h), 5)}}" for h in heads) + "  total\n")
-    for point in KINDS:
+    for point in rows:
         cells = [table[(kind, point)] for kind in FAULT_KINDS]
         row = "  ".join(f"{c:>{max(len(h), 5)}}" for c, h in zip(cells, heads, strict=True))
         out.write(f"{point:<{width}}  {row}  {sum(cells):>5}\n")
-    totals = [sum(table[(kind, p)] for p in KINDS) for kind in FAULT_KINDS]
+    totals = [sum(table[(kind, p)] for p in rows) for kind in FAULT_KINDS]
     row = "  ".join(f"{c:>{max(len(h), 5)}}" for c, h in zip(totals, heads, strict=True))
     out.write(f"{'total':<{width}}  {row}  {sum(totals):>5}\n")
 
@@ -82,14 +88,18 @@ def print_summary(
     results: list[RunResult], failures: list[Failure], seconds: float, out: TextIO, *, jobs: int = 1
 ) -> None:
     table = fault_table(results)
+    rows = checkpoint_rows(results)
     rate = len(results) / max(seconds, 1e-9)
     seed = results[0].seed if results else 0
     out.write(f"\n{len(results)} runs of seed {seed} in {seconds:.1f}s ({rate:.1f} runs/s, {jobs} job(s))\n")
     out.write("faults that took effect, by the checkpoint where they were injected:\n")
-    print_table(table, out)
-    missing = missing_cells(table)
+    print_table(table, out, rows)
+    missing = missing_cells(table, rows)
+    # A user's campaign is a few runs: the count says how far it got; the list is for ours.
+    user = any(result.setup is not None for result in results)
+    listed = "more runs reach more of them" if user else ", ".join(missing)
     if missing:
-        out.write(f"not injected ({len(missing)} of {len(KINDS) * len(FAULT_KINDS)}): {', '.join(missing)}\n")
+        out.write(f"not injected ({len(missing)} of {len(rows) * len(FAULT_KINDS)}): {listed}\n")
     else:
         out.write("every fault kind took effect at every checkpoint kind\n")
     by_invariant = Counter(name for f in failures for name in {v.split(":")[0] for v in f.result.violations})
@@ -97,10 +107,10 @@ def print_summary(
     out.write(f"\n{len(failures)} of {len(results)} runs failed{verdict}\n")
     for name, count in sorted(by_invariant.items()):
         out.write(f"  {name}: {count} run(s)\n")
-    if failures:
+    if failures and not user:
         print_findings(failures, out)
     for failure in failures:
-        print_failure(failure, out)
+        print_failure(failure, out, known=not user)
 
 
 def print_findings(failures: list[Failure], out: TextIO) -> None:
@@ -117,11 +127,12 @@ def print_findings(failures: list[Failure], out: TextIO) -> None:
     out.write(f"runs with a violation no known bug explains: {unexplained}\n")
 
 
-def print_failure(failure: Failure, out: TextIO) -> None:
+def print_failure(failure: Failure, out: TextIO, *, known: bool = True) -> None:
+    """A failing run: its violations (those no known core bug explains first), schedule and replay line."""
     result = failure.result
     phases = ", ".join(result.phases)
     out.write(f"\nrun {result.index} of seed {result.seed}: {result.world}; phases {phases}\n")
-    names, rest = explain(result)
+    names, rest = explain(result) if known else ([], [])
     for name in names:
         out.write(f"  known: {name}\n")
     if rest:
@@ -134,6 +145,5 @@ def print_failure(failure: Failure, out: TextIO) -> None:
     out.write(f"  schedule: {format_schedule(result.schedule)}\n")
     if failure.shrunk is not None:
         out.write(f"  shrunk:   {format_schedule(failure.shrunk)}\n")
-        out.write(f"  replay:   {replay_command(result.seed, result.index, failure.shrunk)}\n")
-    else:
-        out.write(f"  replay:   {replay_command(result.seed, result.index)}\n")
+    replay = failure.shrunk if failure.shrunk is not None else result.schedule
+    out.write(f"  replay:   {replay_command(result.seed, result.index, replay, result.setup)}\n")

@@ -15,6 +15,7 @@ import trio
 from actors.context import TurnScope
 from coordinator import Coordinator, errors
 from coordinator.chaos.faults import Injection
+from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.record import Intent, RunRecord
 from coordinator.events import Event
 from coordinator.store import SqliteStore
@@ -36,8 +37,16 @@ STORE_ERRORS: dict[str, type[errors.StoreError]] = {
 class CommitWatch:
     """Installed on one coordinator's store for one phase of a run."""
 
-    def __init__(self, record: RunRecord, store: SqliteStore, phase: int, tick: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        store: SqliteStore,
+        phase: int,
+        tick: Callable[[], None],
+        ledger: ProcessLedger | None = None,
+    ) -> None:
         self.record = record
+        self.ledger = ledger
         self.store = store
         self.phase = phase
         self.tick = tick
@@ -63,6 +72,8 @@ class CommitWatch:
             self.record.failed_turns |= self.record.live_turns() | self._running_turns()
             raise error("chaos: injected store failure")
         read = self.store.read
+        if self.record.discovering:
+            self.record.discover(read)
         for turn_id in self.record.live_turns() - set(self.record.intents):
             row = read.get_turn(turn_id)
             if row is not None and row.status == "stopping":
@@ -87,6 +98,10 @@ class CommitWatch:
                 ended = True
             elif event.type in CALL_SETTLED:
                 self._check_call(event)
+                if self.ledger is not None:
+                    self.ledger.settled(str(event.session_id), event.payload["call_id"])
+            elif event.type == "session.tool.started" and self.ledger is not None:
+                self.ledger.started(str(event.session_id), event.payload["call_id"], event.payload["name"])
             elif event.type == "session.idle":
                 self._check_idle(event)
             elif event.type in ("permission.asked", "form.asked"):

@@ -13,8 +13,10 @@ from typing import Any
 import attrs
 import trio
 
+from coordinator.chaos.setup import Scenario, Setup
 from coordinator.chaos.streaming import Streamed, Tee
-from coordinator.config import Config, PluginConfig, ServerConfig, TimeoutsConfig
+from coordinator.config import Config, ModelConfig, PluginConfig, ServerConfig, TimeoutsConfig
+from coordinator.errors import ConfigError
 from coordinator.models.base import ModelReply, ModelRequest
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
@@ -55,6 +57,13 @@ class World:
     # on waiting for a process), with short waits; the others run on autojump.
     processes: bool
     turn_limit: float
+    # Stop reasons that may come from the user's side, with no fault injected: their own deadlines
+    # (``[timeouts]``), and a scenario's own interrupts and rejects (``run_chaos``).
+    external: frozenset[str] = frozenset()
+    scenario: Scenario | None = attrs.field(default=None, eq=False, repr=False)
+    # With a scenario, the campaign's person answers a wait only once it was left pending this long.
+    patience: float = 0.0
+    default_script: tuple[dict[str, Any], ...] | None = None  # the script of a scenario's sessions
 
     def describe(self) -> str:
         kinds = sorted(
@@ -80,6 +89,74 @@ def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     server = ServerConfig(db=str(db), lease=15, max_resumes=5, shutdown_grace=10)
     config = Config(server=server, timeouts=timeouts, permission=RULES, plugin=PLUGINS, base_dir=base_dir)
     return World(config=config, scripts=scripts, prompts=prompts, processes=processes, turn_limit=TURN_LIMIT)
+
+
+# A scenario's person waits this long (trio seconds) before answering what the scenario left pending.
+PATIENCE = 0.5
+
+
+def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) -> World:
+    """Draw a world on the user's config: their script in one session (1-2 prompts), or their scenario.
+
+    Without a script or a scenario, the built-in programs run under the user's rules and timeouts,
+    with the user's plugins loaded beside the campaign's own.
+    """
+    user = setup.config
+    if setup.script is None and setup.scenario is None:
+        builtin = make_world(rng, base_dir, db)
+        config = _overlay(builtin.config, user)
+        return attrs.evolve(
+            builtin, config=config, external=_own_deadlines(user), turn_limit=config.timeouts.turn
+        )
+    # One session (as the built-in runs with real processes): at real speed, two sessions would
+    # interleave by timing, and a replay would no longer meet the same checkpoints in the same order.
+    sessions = 0 if setup.scenario is not None else 1
+    script = setup.script or ({"text": "done"},)
+    timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
+    server = attrs.evolve(user.server, db=str(db))
+    config = attrs.evolve(user, server=server, timeouts=timeouts, model=ModelConfig(provider="scripted"))
+    external = _own_deadlines(user) | (
+        frozenset({"interrupt", "declined"}) if setup.scenario else frozenset()
+    )
+    return World(
+        config=config,
+        scripts=tuple(tuple(script) for _ in range(sessions)),
+        prompts=tuple(rng.choice((1, 1, 2)) for _ in range(sessions)),
+        # The user's tools may wait on the world (processes, sockets, threads): trio's clock keeps
+        # real speed, or autojump would leap over every bound on waiting for them.
+        processes=True,
+        turn_limit=timeouts.turn,
+        external=external,
+        scenario=setup.scenario,
+        patience=PATIENCE if setup.scenario is not None else 0.0,
+        default_script=tuple(script),
+    )
+
+
+def _overlay(builtin: Config, user: Config) -> Config:
+    """The built-in world's config under the user's rules, timeouts and plugins (theirs win)."""
+    names = {entry.entry.rpartition(":")[2].rpartition(".")[2] for entry in user.plugin}
+    taken = sorted(names & {"slow", "guarded"})
+    if taken:
+        raise ConfigError(
+            f"a plugin named {taken[0]} takes the name of a tool of the built-in programs; pass --script",
+            "[[plugin]]",
+        )
+    timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
+    return attrs.evolve(
+        builtin,
+        timeouts=timeouts,
+        permission=(*RULES, *user.permission),
+        plugin=(*PLUGINS, *user.plugin),
+        base_dir=user.base_dir,
+    )
+
+
+def _own_deadlines(user: Config) -> frozenset[str]:
+    """``timeout`` when the user's config has a deadline that stops a turn and may fire on its own."""
+    timeouts = user.timeouts
+    own = any(timeouts.limit(scope) for scope in ("permission", "question", "turn"))
+    return frozenset({"timeout"}) if own else frozenset()
 
 
 def _script(rng: random.Random, session: int, processes: bool) -> tuple[dict[str, Any], ...]:
@@ -125,10 +202,12 @@ def _call(rng: random.Random, call_id: str, processes: bool) -> dict[str, Any]:
 class ChaosModel:
     """Answers each session from its own script, and keeps every request it was sent (to check them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, default: tuple[dict[str, Any], ...] | None = None) -> None:
         self.scripts: dict[str, ScriptedModel] = {}
         self.requests: list[ModelRequest] = []
         self.streams: list[Streamed] = []
+        # The script of sessions the campaign did not create (a scenario's).
+        self.default = None if default is None else ScriptedModel.from_json(list(default), "the script")
 
     def assign(self, session_id: str, script: tuple[dict[str, Any], ...]) -> None:
         self.scripts[session_id] = ScriptedModel.from_json(list(script), f"session {session_id}")
@@ -136,10 +215,12 @@ class ChaosModel:
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The script's answer. **Cancellation:** abandoned. **Raises:** nothing."""
         self.requests.append(request)
+        model = self.scripts.get(request.session_id, self.default)
+        assert model is not None, f"no script for session {request.session_id}"
         stream = Streamed(session_id=request.session_id, index=request.index, messages=request.messages)
         self.streams.append(stream)
         tee = Tee(inner=request.text, record=stream)
-        return await self.scripts[request.session_id].complete(attrs.evolve(request, text=tee))
+        return await model.complete(attrs.evolve(request, text=tee))
 
     async def aclose(self) -> None:
         """Nothing to release."""

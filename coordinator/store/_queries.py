@@ -166,6 +166,12 @@ class Queries:
         row = self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return None if row is None else TurnRow.from_row(row)
 
+    def turn_ids_of_session(self, session_id: str) -> list[str]:
+        """Every turn of the session, queued ones included, in prompt order."""
+        return [
+            r[0] for r in self._all("SELECT id FROM turns WHERE session_id = ? ORDER BY ord", (session_id,))
+        ]
+
     def next_turn(self, session_id: str) -> TurnRow | None:
         """The turn the session should run next: one left unfinished first, then the oldest queued."""
         row = self._one(

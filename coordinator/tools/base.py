@@ -99,6 +99,8 @@ class Tool:
     run: ToolRun
     # Which ``[timeouts]`` key bounds a call; None for a tool that waits on a person under its own.
     deadline_scope: Literal["tool", "execute"] | None = "tool"
+    # A user's plugin: under the chaos campaign, its awaits and declared checkpoints are checkpoints.
+    observed: bool = False
 
     @property
     def name(self) -> str:

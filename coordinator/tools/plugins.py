@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal
 
+from coordinator.checkpoints import CURRENT_PROBE, run_observed
 from coordinator.config import ENTRY_PATTERN, Config
 from coordinator.errors import ConfigError, ToolFailure
 from coordinator.models.base import ToolSpec
@@ -84,9 +85,23 @@ def load_plugin(entry: str, base_dir: Path) -> Tool:
         keywords = dict(input)
         if accepts_progress:
             keywords[PROGRESS_PARAMETER] = ctx.report_progress
-        return _json_result(await function(**keywords), spec.name)
+        return _json_result(await _awaited(function(**keywords)), spec.name)
 
-    return Tool(spec=spec, resource=any_resource, run=run)
+    # The campaign's own plugins (coordinator.chaos.tools) are not observed: the built-in campaign's
+    # checkpoints, and so its recorded schedules, stay as they were.
+    observed = not function.__module__.startswith("coordinator.")
+    return Tool(spec=spec, resource=any_resource, run=run, observed=observed)
+
+
+async def _awaited(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The plugin's result; under the chaos campaign, each of its awaits is a checkpoint.
+
+    Without a campaign (no probe), this is ``await coroutine``.
+    """
+    probe = CURRENT_PROBE.get()
+    if probe is None:
+        return await coroutine
+    return await run_observed(coroutine, probe.noticed)
 
 
 def _where(entry: str) -> str:

@@ -47,6 +47,9 @@ class OnCheckpoint:
             self.done = True
             await self.action(turn)
 
+    def notice(self, name: str, turn: Any) -> None:
+        """A plugin's own await: these scenarios inject nothing there."""
+
 
 def as_another_process(runtime: Any) -> Any:
     """The runtime as a second process sharing the database sees it: not shutting down. Its reply
@@ -313,6 +316,9 @@ class Steps:
                 await action(turn)
                 return
 
+    def notice(self, name: str, turn: Any) -> None:
+        """A plugin's own await: these scenarios inject nothing there."""
+
 
 async def test_a_restored_wait_revoked_before_it_reopens_carries_the_stop_reason(
     tmp_path: Path, autojump_clock: Any
@@ -466,3 +472,29 @@ async def test_a_turn_deadline_whose_stop_cannot_be_committed_still_stops_with_a
     reasons = [e.payload["reason"] for e in recorder.events if "reason" in e.payload]
     assert reasons and all(r["type"] == "error" and r["message"] != REASONLESS for r in reasons), reasons
     assert "the turn deadline" in reasons[-1]["message"], reasons
+
+
+async def test_a_tool_that_raises_while_its_deadline_passes_fails_its_call_not_the_turn(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """F18: a tool's own error, met by its deadline while the tool cleans up, fails the call; the turn goes on.
+
+    The user's campaign found it (seed 0, run 200 of the README's plugin, ``tool_error`` at a declared
+    checkpoint, then ``deadline`` at the cleanup's await): the progress nursery wrapped the tool's error
+    with the deadline's Cancelled, the group escaped as an internal error, and the turn failed.
+    """
+    from coordinator.config import PluginConfig, TimeoutsConfig
+    from tests.conftest import make_config
+
+    config = make_config(tmp_path, timeouts=TimeoutsConfig(tool=1))
+    config = attrs.evolve(
+        config, plugin=(PluginConfig(entry="tests.coordinator.chaos.user_tools:unwinding"),)
+    )
+    call = {"tool_calls": [{"id": "call_1", "name": "unwinding", "input": {"seconds": 5}}]}
+    async with running(config, [call, DONE]) as (coord, recorder):
+        session = await coord.create_session(title="f18")
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+    failed = recorder.of("session.tool.failed")
+    assert [e.payload["error"] for e in failed] == [{"type": "error", "message": "RuntimeError: it broke"}]
+    assert recorder.of("session.idle")[0].payload["outcome"] == "succeeded"
