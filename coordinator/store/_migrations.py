@@ -174,4 +174,21 @@ def _v4(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE steps ADD COLUMN streamed_text TEXT")
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(db: apsw.Connection) -> None:
+    # Operating for months (contract section 14). `parked`: a suspended turn that a coordinator
+    # started with `[server] resume = "manual"` left for `POST /api/session/{sid}/resume`; it stays
+    # parked across restarts until resumed or interrupted. `store_meta`: small facts of the store
+    # itself, among them `event_horizon`, the highest seq retention has deleted up to (a replay
+    # from below it starts with `stream.truncated`).
+    db.execute(
+        """
+        ALTER TABLE turns ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE store_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
