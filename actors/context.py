@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -96,6 +96,9 @@ class Runtime:
     # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then
     # on, checked inside their transaction, so one either lands before the shutdown's stop or not at all.
     closing: bool = False
+    # Starts a session's actor unless it runs (the registry's ``ensure_running``): a sub-agent's task
+    # turn wakes its session as it ends, for a prompt a client queued there meanwhile.
+    wake: Callable[[str], None] | None = None
 
 
 @attrs.define(kw_only=True, eq=False)

@@ -59,8 +59,9 @@ TERM_GRACE = 1.0
 FLUSH_SECONDS = 5.0
 """Seconds a stop may spend writing the log lines read but not yet written."""
 
-# Tools a script may not call: a nested execute would nest processes without bound.
-NOT_NESTABLE = frozenset({"execute"})
+# Tools a script may not call: a nested execute would nest processes without bound; a sub-agent must
+# resume after a restart inside its call, and a script (so its nested calls) cannot be restored.
+NOT_NESTABLE = frozenset({"execute", "task"})
 
 # Variables the runner inherits; nothing else of this process's environment reaches a script.
 INHERITED_ENVIRONMENT = ("PATH", "LANG", "LC_ALL")

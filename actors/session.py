@@ -96,11 +96,26 @@ async def _run_turn(
     if begun is None:
         return False
     scope, turn = begun
-    runtime.turns[turn.id] = handle.turn = scope
+    handle.turn = scope
     if handle.shutting_down:
         scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
     try:
-        with structlog.contextvars.bound_contextvars(turn_id=turn.id):
+        await run_turn(runtime, scope, turn, takeover)
+    finally:
+        handle.turn = None
+    return True
+
+
+async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:
+    """Run a begun turn (its claim taken, its start published) to its one settlement.
+
+    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py).
+
+    **Cancellation:** stop it through ``scope.handle``; the settlement is shielded and bounded.
+    """
+    runtime.turns[turn.id] = scope
+    try:
+        with structlog.contextvars.bound_contextvars(turn_id=turn.id, session_id=turn.session_id):
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
@@ -109,9 +124,7 @@ async def _run_turn(
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
     finally:
         runtime.turns.pop(turn.id, None)
-        handle.turn = None
         _forget_texts(runtime, turn.id)
-    return True
 
 
 def _forget_texts(runtime: Runtime, turn_id: str) -> None:
@@ -238,9 +251,10 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
             assert row is not None and row.stop_reason is not None
             scope.stop_after_commit(row.stop_reason)
             restorable: list[tuple[ToolCallRow, PermissionRequest | None]] = []
+            sub_agents: list[ToolCallRow] = []
         else:
             tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
-            restorable = _fail_interrupted_work(tx, scope)
+            restorable, sub_agents = _fail_interrupted_work(tx, scope)
             note_id = new_id("msg")
             tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
             tx.add_text_part(note_id, RESTART_NOTE)
@@ -248,6 +262,10 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
     async with trio.open_nursery() as nursery:
         for call, request in restorable:
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
+        for call in sub_agents:
+            # A task call resumes its sub-agent's turn inside it (or reads how it ended): permitted
+            # before the restart, so it asks no one again.
+            await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, permitted=True))
 
 
 # Failing what a dead process left running: steps, calls, and the waits of calls no one can restore.
@@ -259,16 +277,20 @@ _RESTART_ERROR = ToolError(
 
 def _fail_interrupted_work(
     tx: SqliteTx, scope: TurnScope
-) -> list[tuple[ToolCallRow, PermissionRequest | None]]:
+) -> tuple[list[tuple[ToolCallRow, PermissionRequest | None]], list[ToolCallRow]]:
     """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
-    on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
+    on a person (returned first, to be restored) and task calls that started a sub-agent's turn
+    (returned second: each resumes its turn). A nested call's pending wait is revoked: its script is
+    gone.
     """
-    restorable, interrupted = [], []
+    restorable, sub_agents, interrupted = [], [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
             continue
         if call.parent_call_id is None and settlement.waits_on_a_person(tx, scope.session_id, call.call_id):
             restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
+        elif call.parent_call_id is None and settlement.runs_a_sub_agent(tx, call):
+            sub_agents.append(call)
         else:
             interrupted.append(call)
     # Children before parents, as in a live stop: the calls fail before the steps that made them.
@@ -279,7 +301,7 @@ def _fail_interrupted_work(
         settlement.keep_partial_text(tx, scope.session_id, scope.turn_id, partial_text, _RESTARTED)
         tx.settle_step(step_id, "failed", _RESTARTED)
         tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED, partial_text))
-    return restorable
+    return restorable, sub_agents
 
 
 async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
@@ -306,18 +328,9 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             if text.turn_id == scope.turn_id
         }
         settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
-        tx.emit(events.execution_terminal(scope.session_id, scope.turn_id, reason))
-        if reason.resumable:
-            tx.settle_turn(scope.turn_id, "suspended", reason, None)
-            tx.set_claim_state(scope.session_id, "suspended")
-        else:
-            assert reason.outcome is not None
-            _finish(tx, scope, reason.outcome, reason)
+        settlement.end_turn(tx, scope.session_id, scope.turn_id, reason)
         log.info("turn_stopped", reason=reason.type)
 
 
-def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | None = None) -> None:
-    tx.settle_turn(scope.turn_id, "settled", reason, outcome)
-    tx.set_claim_state(scope.session_id, "released")
-    tx.set_last_outcome(scope.session_id, outcome)
-    tx.emit(events.session_idle(scope.session_id, scope.turn_id, outcome))
+def _finish(tx: SqliteTx, scope: TurnScope, outcome: str) -> None:
+    settlement.finish_turn(tx, scope.session_id, scope.turn_id, outcome, None)

@@ -14,7 +14,7 @@ import structlog
 
 from coordinator import events, wire
 from coordinator.ids import new_id
-from coordinator.reasons import Failure, StopReason
+from coordinator.reasons import Failure, ParentLink, StopReason, from_parent
 from coordinator.records import NestedCall, Partial, ToolError
 from coordinator.store import Queries, SqliteTx
 from coordinator.store.rows import ToolCallRow
@@ -45,15 +45,22 @@ def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
     )
 
 
+def runs_a_sub_agent(read: Queries, call: ToolCallRow) -> bool:
+    """Has the task call started its sub-agent's turn (which may have ended since)?"""
+    return read.turn_of_task_call(call.session_id, call.call_id) is not None
+
+
 def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bool:
-    """A shutdown keeps a top-level call that waits on a person: the next start restores its wait.
+    """A shutdown keeps a top-level call that waits on a person, or whose sub-agent's turn started:
+    the next start restores its wait, or resumes the sub-agent's turn inside it (or reads how it
+    ended).
 
     A nested call of ``execute`` is never kept: its script's process cannot be restored.
     """
     return (
         reason.resumable
         and call.parent_call_id is None
-        and waits_on_a_person(read, call.session_id, call.call_id)
+        and (waits_on_a_person(read, call.session_id, call.call_id) or runs_a_sub_agent(read, call))
     )
 
 
@@ -85,6 +92,7 @@ def settle_call(
     Returns False when the call was settled already.
     """
     leftover = stopped_for or Failure(message=f"tool call {call.call_id} settled before this")
+    settle_sub_agent_turn(tx, call, leftover)
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     fail_calls(tx, [c for c in children if c.status == "running"], leftover)
     revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
@@ -165,6 +173,42 @@ def committed_reason(tx: SqliteTx, turn_id: str, reason: StopReason) -> StopReas
         if row is not None and row.status == "stopping" and row.stop_reason is not None:
             return row.stop_reason
     return reason
+
+
+def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, reason: StopReason) -> None:
+    """Settle the sub-agent turn a task call left unsettled, before the call itself: the turn's own
+    stop if one was committed, else the call's reason with ``parent`` naming the call.
+
+    In a live stop the sub-agent's turn has settled itself inside its call; this settles what a
+    crash (or a failed commit) left, e.g. a parent's stop settled at the next start.
+    """
+    sub_turn = tx.turn_of_task_call(call.session_id, call.call_id)
+    if sub_turn is None or sub_turn.status == "settled":
+        return
+    link = ParentLink(session_id=call.session_id, call_id=call.call_id)
+    own = sub_turn.stop_reason if sub_turn.status == "stopping" else None
+    sub_reason = own or from_parent(reason, link)
+    sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason)
+    end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
+
+
+def end_turn(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
+    """A stopped turn's terminal event, then its claim suspended (shutdown) or released with idle."""
+    tx.emit(events.execution_terminal(session_id, turn_id, reason))
+    if reason.resumable:
+        tx.settle_turn(turn_id, "suspended", reason, None)
+        tx.set_claim_state(session_id, "suspended")
+    else:
+        assert reason.outcome is not None
+        finish_turn(tx, session_id, turn_id, reason.outcome, reason)
+
+
+def finish_turn(tx: SqliteTx, session_id: str, turn_id: str, outcome: str, reason: StopReason | None) -> None:
+    """Settle the turn with ``outcome``, release the claim, and publish ``session.idle``."""
+    tx.settle_turn(turn_id, "settled", reason, outcome)
+    tx.set_claim_state(session_id, "released")
+    tx.set_last_outcome(session_id, outcome)
+    tx.emit(events.session_idle(session_id, turn_id, outcome))
 
 
 def fail_step(

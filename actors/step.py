@@ -84,9 +84,11 @@ def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
 
 async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     runtime = turn.runtime
+    session = runtime.store.read.get_session(turn.session_id)
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
+        title="" if session is None else session.title,
         messages=_conversation(turn),
         tools=tuple(tool.spec for tool in runtime.tools.values()),
         text=text,

@@ -40,9 +40,13 @@ async def run(
     call: ToolCallRow,
     *,
     restore: PermissionRequest | None = None,
+    permitted: bool = False,
     task_status: trio.TaskStatus[ActorHandle] = trio.TASK_STATUS_IGNORED,
 ) -> CallResult:
     """Run ``call`` (stored as running, its start published) to its one settlement, and return it.
+
+    ``restore``: the kept permission request of a resumed call, asked again; ``permitted``: a resumed
+    call that was let run before the restart (a task call whose sub-agent's turn started).
 
     **Cancellation:** the call fails with the turn's reason and its partial result, or, for a shutdown
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
@@ -58,7 +62,7 @@ async def run(
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
             with turn.failing_on_error(f"tool call {call.call_id}"):
-                output = await _permit_and_run(turn, handle, running, call, context, restore)
+                output = await _permit_and_run(turn, handle, running, call, context, restore, permitted)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
@@ -90,13 +94,15 @@ async def _permit_and_run(
     call: ToolCallRow,
     context: ToolContext,
     restore: PermissionRequest | None,
+    permitted: bool,
 ) -> Any:
     tool = turn.runtime.tools.get(call.name)
     if tool is None:
         raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
-    await _check_permission(turn, handle, call, tool, restore)
+    if not permitted:
+        await _check_permission(turn, handle, call, tool, restore)
     return await _run_bounded(turn, running, tool, call, context)
 
 

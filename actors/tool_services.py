@@ -52,6 +52,11 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         await _record_nested(turn, context, nested, result)
         return result
 
+    async def run_task(prompt: str, title: str, session_id: str | None) -> dict[str, Any]:
+        from actors import task  # the sub-agent's turn runs steps, whose tool calls build this context
+
+        return await task.run(turn, handle, call, prompt=prompt, title=title, session_id=session_id)
+
     async def write_log(line: str) -> None:
         context.logs.append(line)
         async with turn.write() as tx:
@@ -63,6 +68,7 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
 
     context.report_progress = report_progress
     context.open_form = open_form
+    context.run_task = run_task
     context.record_process_group = record_process_group
     if call.name == "execute":
         context.call_nested = call_nested

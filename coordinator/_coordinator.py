@@ -130,10 +130,13 @@ class Coordinator:
         return stopped
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
+        """Every pending request, or the session's and its sub-agents' (each with its own session_id)."""
         await self._durable()
-        if session_id is not None:
-            self._session(session_id)
-        return self._runtime.store.read.pending_permissions(session_id=session_id)
+        read = self._runtime.store.read
+        if session_id is None:
+            return read.pending_permissions()
+        self._session(session_id)
+        return read.pending_permissions(session_ids=[session_id, *read.descendants(session_id)])
 
     async def reply_permission(
         self, session_id: str, request_id: str, decision: str, message: str | None = None
@@ -153,7 +156,8 @@ class Coordinator:
     async def pending_forms(self, session_id: str) -> list[Form]:
         await self._durable()
         self._session(session_id)
-        return self._runtime.store.read.pending_forms(session_id=session_id)
+        read = self._runtime.store.read
+        return read.pending_forms(session_ids=[session_id, *read.descendants(session_id)])
 
     async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
@@ -172,7 +176,12 @@ class Coordinator:
         return form
 
     def subscribe(
-        self, *, after: int = 0, session_id: str | None = None, deltas: bool = False
+        self,
+        *,
+        after: int = 0,
+        session_id: str | None = None,
+        deltas: bool = False,
+        descendants: bool = False,
     ) -> Subscription:
         """Every event after seq ``after``, replayed from the store, then live until shutdown.
 
@@ -180,13 +189,19 @@ class Coordinator:
         the store and never loses an event. With ``deltas=True`` the live part also carries the
         model's text as it streams (``session.text.delta``, an ``Event`` whose ``seq`` is None): first,
         for each step streaming when the replay ends, one delta at offset 0 with its text so far. A
-        lagging subscriber may lose deltas (their offsets show it), never a stored event.
+        lagging subscriber may lose deltas (their offsets show it), never a stored event. With
+        ``descendants=True`` (and a ``session_id``) the events of the session's sub-agent sessions, at
+        every depth, come too (contract section 12).
 
         **Raises:** ``SessionNotFound``.
         """
+        family = None
         if session_id is not None:
             self._session(session_id)
-        return self._runtime.bus.subscribe(after=after, session_id=session_id, deltas=deltas)
+            family = self._runtime.store.read.descendants(session_id) if descendants else None
+        return self._runtime.bus.subscribe(
+            after=after, session_id=session_id, deltas=deltas, descendants=family
+        )
 
     async def abandon(self) -> None:
         """Drop everything as a crash would (tests and the chaos campaign): nothing more is written.
@@ -305,6 +320,7 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
         tx.register_instance(instance, now_rfc3339())
     claims.LIVE_IN_THIS_PROCESS.add(instance.id)
     registry = Registry(runtime, root)
+    runtime.wake = registry.ensure_running
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
     liveness = claims.Liveness(me=instance, lease=lease)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -82,11 +82,46 @@ class _DeltaSlot:
         return attrs.evolve(self.event, payload={**self.event.payload, "delta": delta})
 
 
+class SessionSet:
+    """The sessions a subscriber follows: all (``session_id`` None), one, or one with its sub-agent
+    sessions at every depth (``descendants``: those known when it subscribed; a sub-agent created
+    later joins as its ``session.created`` passes, which precedes every event of it)."""
+
+    def __init__(self, session_id: str | None, descendants: Iterable[str] | None = None) -> None:
+        self.session_id = session_id
+        self.members: set[str] | None = None
+        if session_id is not None and descendants is not None:
+            self.members = {session_id, *descendants}
+
+    @property
+    def stored_filter(self) -> str | None:
+        """The session the store's replay may filter on (None: every event is read, then ``wants``)."""
+        return self.session_id if self.members is None else None
+
+    def wants(self, event: Event) -> bool:
+        if self.session_id is None:
+            return True
+        if self.members is None:
+            return event.session_id == self.session_id
+        if event.type == "session.created":
+            parent = (event.payload.get("session") or {}).get("parent") or {}
+            if parent.get("session_id") in self.members and event.session_id is not None:
+                self.members.add(event.session_id)
+        return event.session_id in self.members
+
+    def follows(self, session_id: str) -> bool:
+        """Whether events of ``session_id`` are wanted (for a step's catch-up delta)."""
+        if self.session_id is None:
+            return True
+        return session_id == self.session_id if self.members is None else session_id in self.members
+
+
 class _Live:
     """A subscriber's live buffer, owned by the bus while attached."""
 
-    def __init__(self, session_id: str | None, capacity: int, deltas: bool) -> None:
-        self.session_id = session_id
+    def __init__(self, sessions: SessionSet, capacity: int, deltas: bool) -> None:
+        self.sessions = sessions
+        self.session_id = sessions.session_id
         self.capacity = capacity
         self.deltas = deltas
         self.queue: deque[Event | _DeltaSlot] = deque()
@@ -98,7 +133,7 @@ class _Live:
         self.wakeup = trio.Event()
 
     def wants(self, event: Event) -> bool:
-        return self.session_id is None or event.session_id == self.session_id
+        return self.sessions.wants(event)
 
     def add_delta(self, event: Event) -> bool:
         """Queue or merge a delta; False when the buffer is full (the caller drops the buffer)."""
@@ -209,7 +244,7 @@ class Bus:
             # A step whose start this subscriber has not been handed yet gets its text after it.
             if text.started_seq > self._highest:
                 continue
-            if live.session_id is None or text.session_id == live.session_id:
+            if live.sessions.follows(text.session_id):
                 event = text.catch_up()
                 if event is not None:
                     live.add_delta(event)
@@ -252,15 +287,23 @@ class Bus:
             live.wakeup.set()
 
     def subscribe(
-        self, *, after: int = 0, session_id: str | None = None, deltas: bool = False
+        self,
+        *,
+        after: int = 0,
+        session_id: str | None = None,
+        deltas: bool = False,
+        descendants: Iterable[str] | None = None,
     ) -> Subscription:
         """Every event with seq > ``after`` (of one session, or all), replayed then live.
+
+        ``descendants``: the session's sub-agent sessions, whose events are wanted too (and those of
+        sub-agents created later).
 
         Use as ``async for event in bus.subscribe(after=seq)``; it waits for new events once caught up
         and ends when the bus closes. With ``deltas`` the live part also carries live-only events
         (``session.text.delta``, seq None), each attach starting with the catch-up.
         """
-        return Subscription(self, after, session_id, deltas)
+        return Subscription(self, after, SessionSet(session_id, descendants), deltas)
 
 
 class Subscription:
@@ -271,11 +314,13 @@ class Subscription:
     finds it gone, or at once by ``aclose()``.
     """
 
-    def __init__(self, bus: Bus, after: int, session_id: str | None, deltas: bool = False) -> None:
+    def __init__(self, bus: Bus, after: int, sessions: SessionSet, deltas: bool = False) -> None:
         self._bus = bus
-        self._session_id = session_id
+        self._sessions = sessions
         self._deltas = deltas
         self.last = after
+        # How far the store has been read: past ``last`` when the events read were not wanted.
+        self._read = after
         self._page: deque[Event] = deque()
         self._live: _Live | None = None
 
@@ -315,6 +360,7 @@ class Subscription:
     def _delivered(self, event: Event) -> None:
         if event.seq is not None:  # a live-only delta does not move the resume point
             self.last = event.seq
+            self._read = max(self._read, event.seq)
 
     def _next_nowait(self) -> Event | None:
         """The next event already at hand, reading the store or attaching live as needed."""
@@ -327,20 +373,22 @@ class Subscription:
                 while live.queue:
                     event = live.pop()
                     # ``after`` may lie ahead of what is committed yet
-                    if event.seq is None or event.seq > self.last:
+                    if event.seq is None or event.seq > self._read:
                         return event
                 if not (live.overflowed or live.stale or bus.closed):
                     return None  # wait for a publish
                 self._detach()
-            self._page.extend(
-                bus._reader.events_after(self.last, self._session_id, REPLAY_PAGE, upto=bus._highest)
+            read = bus._reader.events_after(
+                self._read, self._sessions.stored_filter, REPLAY_PAGE, upto=bus._highest
             )
-            if self._page:
+            if read:
+                self._read = read[-1].stored_seq
+                self._page.extend(event for event in read if self._sessions.wants(event))
                 continue
             if bus.closed:
                 return None
             # Caught up: attach now, with no await since the read above, so nothing is missed.
-            self._live = _Live(self._session_id, bus._live_buffer, self._deltas)
+            self._live = _Live(self._sessions, bus._live_buffer, self._deltas)
             bus._live.add(self._live)
             if self._deltas:
                 bus._catch_up(self._live)

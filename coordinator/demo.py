@@ -1,10 +1,11 @@
-"""``coordinator demo``: four short stories on a temporary database, each turn's events printed readably.
+"""``coordinator demo``: six short stories on a temporary database, each turn's events printed readably.
 
 1. a normal turn: the model runs a shell command, then answers;
 2. a declined turn: the user rejects the command, so the turn ends declined and the claim is released;
 3. an interrupted permission wait: the request is revoked and every client is told;
 4. a shutdown with its resume: the wait is kept, and the next start restores it with the same id;
-5. an interrupt while the model writes: what it had written is kept, in the event and the history.
+5. an interrupt while the model writes: what it had written is kept, in the event and the history;
+6. a sub-agent: a `task` call runs a child session; the parent's interrupt reaches the child first.
 
 The model's text is printed as it streams, in pieces (``session.text.delta``, live only, no seq).
 """
@@ -35,6 +36,11 @@ ECHO = {
 # Streamed in pieces, so the demo shows the model's text arriving as live deltas (contract section 9).
 DONE = {"chunks": ["The command ", "printed ", "its ", "greeting."], "chunk_delay": 0.05}
 STORY = {"chunks": ["Once ", "upon ", "a ", "time, ", "a ", "turn ", "was ", "stopped."], "chunk_delay": 0.1}
+# The parent delegates to a sub-agent titled "helper", which asks to run the command (contract §12).
+DELEGATE = {
+    "tool_calls": [{"id": "call_task", "name": "task", "input": {"prompt": "say hello", "title": "helper"}}]
+}
+SUB_AGENT_SCRIPT = {"*": [DELEGATE, {"text": "done"}], "helper": [ECHO, DONE]}
 
 _COLOURS = {
     "failed": "31",
@@ -53,6 +59,8 @@ class Printer:
     out: TextIO
     colour: bool
     last_seq: int = 0
+    # Sub-agent sessions seen: their events are printed indented, under their parent's.
+    children: set[str] = attrs.Factory(set)
 
     def title(self, text: str) -> None:
         self.out.write(f"\n{self._paint(text, '1')}\n")
@@ -69,8 +77,11 @@ class Printer:
             self.out.flush()
             return
         self.last_seq = event.seq
+        if event.type == "session.created" and event.payload["session"].get("parent"):
+            self.children.add(str(event.session_id))
         code = next((c for word, c in _COLOURS.items() if event.type.endswith(word)), "36")
-        self.out.write(f"  {event.seq:>4}  {self._paint(f'{event.type:<32}', code)} {summary(event)}\n")
+        where = "  ↳ " if event.session_id in self.children else "  "
+        self.out.write(f"{where}{event.seq:>4}  {self._paint(f'{event.type:<32}', code)} {summary(event)}\n")
         self.out.flush()
 
     def _paint(self, text: str, code: str) -> str:
@@ -81,6 +92,7 @@ def summary(event: Event) -> str:
     """The one detail of an event a person wants to see."""
     payload = event.payload
     picks: dict[str, Callable[[], Any]] = {
+        "session.created": lambda: json.dumps(payload["session"]["title"]),
         "session.turn.started": lambda: json.dumps(payload["prompt"]),
         "session.tool.started": lambda: f"{payload['name']} {json.dumps(payload['input'])}",
         "session.tool.succeeded": lambda: _short(payload["output"]),
@@ -114,7 +126,7 @@ def _short(value: Any) -> str:
 
 @contextlib.asynccontextmanager
 async def _watched(
-    db: Path, script: list[dict[str, Any]], printer: Printer, after: int
+    db: Path, script: Any, printer: Printer, after: int
 ) -> AsyncIterator[tuple[Coordinator, Callable[[str], Any]]]:
     """A coordinator on ``db`` whose events after seq ``after`` are printed as they come."""
     config = Config(permission=RULES, base_dir=db.parent).with_overrides(db=str(db))
@@ -141,7 +153,7 @@ async def _request_id(coord: Coordinator, session_id: str) -> str:
     return pending[0].id
 
 
-async def _story(db: Path, printer: Printer, title: str, script: list[dict[str, Any]], act: Any) -> None:
+async def _story(db: Path, printer: Printer, title: str, script: Any, act: Any) -> None:
     printer.title(title)
     async with _watched(db, script, printer, printer.last_seq) as (coord, wait_for):
         session = await coord.create_session(title=title)
@@ -201,6 +213,19 @@ async def _interrupt_mid_stream(coord: Coordinator, session_id: str, wait_for: A
     )
 
 
+async def _interrupt_the_parent(coord: Coordinator, session_id: str, wait_for: Any, printer: Printer) -> None:
+    await wait_for("permission.asked")
+    asked = await coord.pending_permissions(session_id)
+    printer.note(f"the parent's pending list shows its sub-agent's request ({asked[0].session_id})")
+    printer.note("the user presses stop on the parent")
+    await coord.interrupt(session_id)
+    await wait_for("session.idle")
+    child = await coord.get_session(asked[0].session_id)
+    printer.note(
+        f"the sub-agent settled first, stopped with its parent's reason: last outcome {child.last_outcome}"
+    )
+
+
 async def run_demo(out: TextIO, *, colour: bool) -> None:
     printer = Printer(out=out, colour=colour)
     with tempfile.TemporaryDirectory(prefix="coordinator-demo-") as folder:
@@ -211,10 +236,12 @@ async def run_demo(out: TextIO, *, colour: bool) -> None:
         await _shutdown_and_resume(db, printer)
         title = "5. An interrupt while the model writes keeps what it wrote"
         await _story(db, printer, title, [STORY], _interrupt_mid_stream)
+        title = "6. A sub-agent: the parent's stop reaches its child first"
+        await _story(db, printer, title, SUB_AGENT_SCRIPT, _interrupt_the_parent)
     out.write("\n")
 
 
 def main(args: Any = None) -> int:
-    """Run the five stories and print them; exit code 0."""
+    """Run the six stories and print them; exit code 0."""
     trio.run(lambda: run_demo(sys.stdout, colour=sys.stdout.isatty()))
     return 0

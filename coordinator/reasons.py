@@ -31,6 +31,14 @@ TextStatus = Literal["complete", "interrupted", "timeout", "shutdown"]
 _INTERRUPTED_EVENT = "session.execution.interrupted"
 
 
+@attrs.frozen(kw_only=True)
+class ParentLink:
+    """The task call of a parent session that a sub-agent session (or its stop) comes from (§12)."""
+
+    session_id: str
+    call_id: str
+
+
 @attrs.frozen
 class Interrupt:
     """A person asked the turn to stop: ``POST .../interrupt`` or the embedder's ``interrupt()``."""
@@ -42,6 +50,8 @@ class Interrupt:
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
 
     by: Literal["api", "embedder"]
+    # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
+    parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "interrupted"
@@ -52,7 +62,8 @@ class Interrupt:
 
 @attrs.frozen
 class Declined:
-    """A person declined a tool call: a permission ``reject`` or a dismissed question form."""
+    """A person declined a tool call: a permission ``reject``, a dismissed question form, or either of
+    those in a sub-agent session (``via: "task"``, ``call_id`` the parent's task call)."""
 
     type: ClassVar[str] = "declined"
     outcome: ClassVar[str | None] = "declined"
@@ -60,8 +71,10 @@ class Declined:
     text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
 
-    via: Literal["permission", "question"]
+    via: Literal["permission", "question", "task"]
     call_id: str
+    # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
+    parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         # The declined call and the execute call that made it (nested ids are "<parent>.<n>") are
@@ -72,6 +85,8 @@ class Declined:
     def describe(self) -> str:
         if self.via == "permission":
             return f"the user declined tool call {self.call_id}"
+        if self.via == "task":
+            return f"the user declined a tool call of the sub-agent session of task call {self.call_id}"
         return f"the user dismissed the question of tool call {self.call_id}"
 
 
@@ -87,6 +102,8 @@ class Timeout:
 
     scope: TimeoutScope
     after: float
+    # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
+    parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "timeout"
@@ -109,6 +126,9 @@ class Shutdown:
     text_status: ClassVar[TextStatus] = "shutdown"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = "session.execution.suspended"
 
+    # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
+    parent: ParentLink | None = attrs.field(default=None, kw_only=True)
+
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "interrupted"
 
@@ -130,6 +150,8 @@ class Failure:
     terminal_event: ClassVar[str] = "session.execution.failed"
 
     message: str
+    # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
+    parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "error"
@@ -143,6 +165,12 @@ StopReason = Interrupt | Declined | Timeout | Shutdown | Failure
 REASON_CLASSES: tuple[type[StopReason], ...] = (Interrupt, Declined, Timeout, Shutdown, Failure)
 
 REASONLESS = "reason-less cancellation"
+
+
+def from_parent(reason: StopReason, link: ParentLink) -> StopReason:
+    """The reason a sub-agent's turn stops with when its parent's turn stopped for ``reason``: the same
+    type and fields, with ``parent`` naming the task call (contract section 12)."""
+    return attrs.evolve(reason, parent=link)
 
 
 def reasonless_failure() -> Failure:

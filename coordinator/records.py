@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from coordinator.reasons import StopReason, TextStatus, ToolErrorType
+from coordinator.reasons import ParentLink, StopReason, TextStatus, ToolErrorType
 
 SessionStatus = Literal["idle", "busy", "suspended"]
 Outcome = Literal["succeeded", "interrupted", "declined", "timed_out", "failed"]
@@ -40,6 +40,8 @@ class Session:
     claim: ClaimView | None
     last_outcome: Outcome | None
     created_at: str
+    # The task call that made this sub-agent session (contract section 12); null for a top-level one.
+    parent: ParentLink | None
 
 
 @attrs.frozen(kw_only=True)

@@ -124,9 +124,29 @@ def _kind(value: Any) -> str:
 
 @attrs.frozen
 class ScriptedModel:
-    """Answers request ``i`` of a session with item ``min(i, len - 1)`` of its script."""
+    """Answers request ``i`` of a session with item ``min(i, len - 1)`` of its script.
 
-    items: tuple[ScriptItem, ...] = attrs.field(validator=attrs.validators.min_len(1))
+    ``items`` is the script of every session; ``by_title`` holds scripts for sessions by their title
+    (a script object ``{"TITLE": [...], "*": [...]}``, contract section 12), ``items`` then being
+    the ``"*"`` list (empty when the object has none: a session of another title fails its request).
+    """
+
+    items: tuple[ScriptItem, ...] = attrs.field()
+    by_title: tuple[tuple[str, tuple[ScriptItem, ...]], ...] = ()
+
+    @items.validator
+    def _check_items(self, attribute: Any, value: tuple[ScriptItem, ...]) -> None:
+        if not value and not self.by_title:
+            raise ValueError("a script needs at least one item")
+
+    def script_of(self, title: str) -> tuple[ScriptItem, ...]:
+        """The items a session titled ``title`` is answered with. **Raises:** ``ModelError``."""
+        for named, items in self.by_title:
+            if named == title:
+                return items
+        if not self.items:
+            raise ModelError(f'the script has no list for the title {title!r} and no "*" list')
+        return self.items
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
@@ -147,12 +167,18 @@ class ScriptedModel:
 
     @classmethod
     def from_json(cls, data: Any, label: str = "<script>") -> ScriptedModel:
-        """Check a parsed script; ``label`` names its source in a ConfigError."""
-        if not isinstance(data, list):
-            raise ConfigError(f"expected a list of items, got {_kind(data)}", label)
-        if not data:
-            raise ConfigError("expected at least one item, got an empty list", label)
-        return cls(tuple(ScriptItem.from_json(item, f"{label}: item {i}") for i, item in enumerate(data)))
+        """Check a parsed script (a list, or an object of lists by session title); ``label`` names its
+        source in a ConfigError."""
+        if isinstance(data, dict) and not all(isinstance(items, list) for items in data.values()):
+            message = "expected a list of items, got an object (an object maps session titles to lists)"
+            raise ConfigError(message, label)
+        if isinstance(data, dict):
+            lists = {title: _items(items, f"{label}: {json.dumps(title)}") for title, items in data.items()}
+            if not lists:
+                raise ConfigError("expected at least one list of items, got an empty object", label)
+            default = lists.pop("*", ())
+            return cls(default, tuple(lists.items()))
+        return cls(_items(data, label))
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Wait for the item's ``delay`` (on trio's clock), then stream its chunks to ``request.text``,
@@ -162,7 +188,8 @@ class ScriptedModel:
 
         **Raises:** ``ModelError`` for an item with ``cut`` (its chunks streamed first).
         """
-        item = self.items[min(max(request.index, 0), len(self.items) - 1)]
+        items = self.script_of(request.title)
+        item = items[min(max(request.index, 0), len(items) - 1)]
         await trio.sleep(item.delay)  # a checkpoint even when the delay is 0
         for i, chunk in enumerate(item.chunks):
             if i:
@@ -178,6 +205,14 @@ class ScriptedModel:
     async def aclose(self) -> None:
         """Nothing to release."""
         await trio.lowlevel.checkpoint()
+
+
+def _items(data: Any, label: str) -> tuple[ScriptItem, ...]:
+    if not isinstance(data, list):
+        raise ConfigError(f"expected a list of items, got {_kind(data)}", label)
+    if not data:
+        raise ConfigError("expected at least one item, got an empty list", label)
+    return tuple(ScriptItem.from_json(item, f"{label}: item {i}") for i, item in enumerate(data))
 
 
 @attrs.frozen

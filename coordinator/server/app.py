@@ -228,8 +228,6 @@ async def session_events(request: Request) -> ASGIApp:
 
 
 def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStream:
-    # TODO(#16): stream descendants; until then the flag is checked, not refused.
-    _bool_query(request, "descendants", False)
     return sse.EventStream(
         coordinator=_coordinator(request),
         after=sse.resume_point(_int_query(request, "after"), request.headers.get("last-event-id")),
@@ -237,6 +235,7 @@ def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStrea
         follow=_bool_query(request, "follow", True),
         keepalive=request.app.state.keepalive,
         deltas=_bool_query(request, "deltas", False),
+        descendants=_bool_query(request, "descendants", False),
     )
 
 

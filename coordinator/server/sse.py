@@ -17,6 +17,7 @@ import trio
 from starlette.types import Receive, Scope, Send
 
 from coordinator._coordinator import Coordinator
+from coordinator.bus import SessionSet
 from coordinator.events import Event
 
 KEEPALIVE_SECONDS = 15.0
@@ -86,6 +87,7 @@ class EventStream:
     follow: bool
     keepalive: float = KEEPALIVE_SECONDS
     deltas: bool = False
+    descendants: bool = False  # with ``session_id``: its sub-agent sessions' events too (§12)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
@@ -101,7 +103,7 @@ class EventStream:
     async def _stream(self, send: Send) -> None:
         """Replayed, then live: a batch at a time, a keep-alive comment after ``keepalive`` idle seconds."""
         subscription = self.coordinator.subscribe(
-            after=self.after, session_id=self.session_id, deltas=self.deltas
+            after=self.after, session_id=self.session_id, deltas=self.deltas, descendants=self.descendants
         )
         async with contextlib.aclosing(subscription):
             while True:
@@ -120,11 +122,17 @@ class EventStream:
         reader = self.coordinator.store.read
         high = self.coordinator.published_seq
         last = self.after
+        family = None
+        if self.descendants and self.session_id is not None:
+            family = reader.descendants(self.session_id)
+        sessions = SessionSet(self.session_id, family)
         while last < high:
-            page = reader.events_after(last, self.session_id, REPLAY_PAGE, upto=high)
+            page = reader.events_after(last, sessions.stored_filter, REPLAY_PAGE, upto=high)
             if not page:
                 return
-            await _send_body(send, b"".join(map(encode, page)))
+            wanted = [event for event in page if sessions.wants(event)]
+            if wanted:
+                await _send_body(send, b"".join(map(encode, wanted)))
             last = page[-1].stored_seq
 
 

@@ -191,4 +191,21 @@ def _v5(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(db: apsw.Connection) -> None:
+    # Sub-agent sessions (contract section 12). A session made by a `task` call names that call
+    # (its session and call id); a turn a `task` call runs names it too: such a turn is run by its
+    # call's actor, never by the registry (neither started as queued nor recovered on its own), and
+    # the parent's resume finds it through its call.
+    db.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN parent_session_id TEXT;
+        ALTER TABLE sessions ADD COLUMN parent_call_id TEXT;
+        ALTER TABLE turns ADD COLUMN parent_session_id TEXT;
+        ALTER TABLE turns ADD COLUMN parent_call_id TEXT;
+        CREATE INDEX sessions_by_parent ON sessions(parent_session_id);
+        CREATE INDEX turns_by_parent_call ON turns(parent_session_id, parent_call_id);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]

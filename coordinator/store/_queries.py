@@ -14,7 +14,7 @@ import apsw
 
 from coordinator import errors, wire
 from coordinator.events import Event
-from coordinator.reasons import StopReason, TextStatus
+from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import (
     ClaimView,
     Form,
@@ -44,13 +44,14 @@ from coordinator.store.rows import (
 )
 
 _SESSION_SELECT = """
-    SELECT s.id, s.title, s.last_outcome, s.created_at, c.owner, c.state, c.since
+    SELECT s.id, s.title, s.last_outcome, s.created_at, c.owner, c.state, c.since,
+           s.parent_session_id, s.parent_call_id
     FROM sessions s LEFT JOIN claims c ON c.session_id = s.id
 """
 
 
 def _session_from_row(row: tuple[Any, ...]) -> Session:
-    id, title, last_outcome, created_at, owner, state, since = row
+    id, title, last_outcome, created_at, owner, state, since, parent_session_id, parent_call_id = row
     held = state in ("held", "suspended")
     status = {"held": "busy", "suspended": "suspended"}.get(state or "", "idle")
     return Session(
@@ -60,6 +61,9 @@ def _session_from_row(row: tuple[Any, ...]) -> Session:
         claim=ClaimView(owner=owner, since=since) if held else None,
         last_outcome=last_outcome,
         created_at=created_at,
+        parent=None
+        if parent_session_id is None
+        else ParentLink(session_id=parent_session_id, call_id=parent_call_id),
     )
 
 
@@ -124,12 +128,42 @@ class Queries:
         return int(row[0])
 
     # sessions -------------------------------------------------------------------------------
-    def insert_session(self, session_id: str, title: str, created_at: str) -> None:
+    def insert_session(
+        self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
+    ) -> None:
         ord = self._next_ord("sessions", "1", ())
         self.db.execute(
-            "INSERT INTO sessions(id, title, last_outcome, created_at, ord) VALUES (?, ?, NULL, ?, ?)",
-            (session_id, title, created_at, ord),
+            "INSERT INTO sessions(id, title, last_outcome, created_at, ord, parent_session_id, "
+            "parent_call_id) VALUES (?, ?, NULL, ?, ?, ?, ?)",
+            (
+                session_id,
+                title,
+                created_at,
+                ord,
+                None if parent is None else parent.session_id,
+                None if parent is None else parent.call_id,
+            ),
         )
+
+    def descendants(self, session_id: str) -> list[str]:
+        """The ids of the session's sub-agent sessions at every depth (not the session itself)."""
+        rows = self._all(
+            "WITH RECURSIVE tree(id) AS (SELECT id FROM sessions WHERE parent_session_id = ? "
+            "UNION SELECT s.id FROM sessions s JOIN tree t ON s.parent_session_id = t.id) "
+            "SELECT id FROM tree",
+            (session_id,),
+        )
+        return [r[0] for r in rows]
+
+    def session_depth(self, session_id: str) -> int:
+        """How many parents the session has: 0 for a top-level session, 1 for its sub-agents..."""
+        row = self._one(
+            "WITH RECURSIVE up(id, depth) AS (SELECT parent_session_id, 0 FROM sessions WHERE id = ? "
+            "UNION ALL SELECT s.parent_session_id, up.depth + 1 FROM sessions s JOIN up ON s.id = up.id) "
+            "SELECT MAX(depth) FROM up WHERE id IS NOT NULL",
+            (session_id,),
+        )
+        return 0 if row is None or row[0] is None else int(row[0]) + 1
 
     def get_session(self, session_id: str) -> Session | None:
         row = self._one(_SESSION_SELECT + " WHERE s.id = ?", (session_id,))
@@ -155,12 +189,32 @@ class Queries:
         self.db.execute("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
 
     # turns ----------------------------------------------------------------------------------
-    def insert_turn(self, turn_id: str, session_id: str, prompt: str, created_at: str) -> None:
+    def insert_turn(
+        self, turn_id: str, session_id: str, prompt: str, created_at: str, task: ParentLink | None = None
+    ) -> None:
+        """A queued turn; ``task``: the task call that runs it (a sub-agent's turn, run by that call)."""
         ord = self._next_ord("turns", "session_id = ?", (session_id,))
         self.db.execute(
-            "INSERT INTO turns(id, session_id, ord, prompt, status, created_at) VALUES (?, ?, ?, ?, 'queued', ?)",
-            (turn_id, session_id, ord, prompt, created_at),
+            "INSERT INTO turns(id, session_id, ord, prompt, status, created_at, parent_session_id, "
+            "parent_call_id) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
+            (
+                turn_id,
+                session_id,
+                ord,
+                prompt,
+                created_at,
+                None if task is None else task.session_id,
+                None if task is None else task.call_id,
+            ),
         )
+
+    def turn_of_task_call(self, session_id: str, call_id: str) -> TurnRow | None:
+        """The sub-agent turn the task call ``call_id`` of session ``session_id`` runs, if it made one."""
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE parent_session_id = ? AND parent_call_id = ?",
+            (session_id, call_id),
+        )
+        return None if row is None else TurnRow.from_row(row)
 
     def get_turn(self, turn_id: str) -> TurnRow | None:
         row = self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
@@ -174,9 +228,10 @@ class Queries:
 
     def next_turn(self, session_id: str) -> TurnRow | None:
         """The turn the session should run next: one left unfinished first, then the oldest queued."""
+        # A task call's turn is run by that call, never by the session's own actor.
         row = self._one(
             f"""SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND status != 'settled'
-                ORDER BY status = 'queued', ord LIMIT 1""",
+                AND parent_call_id IS NULL ORDER BY status = 'queued', ord LIMIT 1""",
             (session_id,),
         )
         return None if row is None else TurnRow.from_row(row)
@@ -188,16 +243,21 @@ class Queries:
         return None if row is None else TurnRow.from_row(row)
 
     def unfinished_turns(self) -> list[TurnRow]:
-        """Turns that a previous process left running, stopping or suspended, oldest first."""
+        """Turns that a previous process left running, stopping or suspended, oldest first.
+
+        A task call's turn is not among them: its parent's resume runs it, inside that call.
+        """
         rows = self._all(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE status IN ('running', 'stopping', 'suspended') ORDER BY rowid"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE status IN ('running', 'stopping', 'suspended') "
+            "AND parent_call_id IS NULL ORDER BY rowid"
         )
         return [TurnRow.from_row(r) for r in rows]
 
     def sessions_with_queued_turns(self) -> list[str]:
         """Sessions with a queued turn and no held or suspended claim (those run it themselves)."""
         rows = self._all(
-            "SELECT DISTINCT session_id FROM turns WHERE status = 'queued' AND session_id NOT IN "
+            "SELECT DISTINCT session_id FROM turns WHERE status = 'queued' AND parent_call_id IS NULL "
+            "AND session_id NOT IN "
             "(SELECT session_id FROM claims WHERE state != 'released') ORDER BY rowid"
         )
         return [r[0] for r in rows]
@@ -516,12 +576,15 @@ class Queries:
         return None if row is None else WaitRow(turn_id=row[0], deadline_at=row[1], message=row[2])
 
     def pending_permissions(
-        self, session_id: str | None = None, turn_id: str | None = None
+        self, session_id: str | None = None, turn_id: str | None = None, session_ids: list[str] | None = None
     ) -> list[PermissionRequest]:
+        """Pending requests, in the order they were asked; of one session, of several, of one turn."""
         sql = f"SELECT {_PERMISSION_COLUMNS} FROM permission_requests WHERE status = 'pending'"
         args: tuple[Any, ...] = ()
         if session_id is not None:
             sql, args = sql + " AND session_id = ?", (*args, session_id)
+        if session_ids is not None:
+            sql, args = sql + _in("session_id", session_ids), (*args, *session_ids)
         if turn_id is not None:
             sql, args = sql + " AND turn_id = ?", (*args, turn_id)
         return [_permission_from_row(r) for r in self._all(sql + " ORDER BY ord", args)]
@@ -589,11 +652,15 @@ class Queries:
         row = self._one("SELECT turn_id, deadline_at, message FROM forms WHERE id = ?", (form_id,))
         return None if row is None else WaitRow(turn_id=row[0], deadline_at=row[1], message=row[2])
 
-    def pending_forms(self, session_id: str | None = None, turn_id: str | None = None) -> list[Form]:
+    def pending_forms(
+        self, session_id: str | None = None, turn_id: str | None = None, session_ids: list[str] | None = None
+    ) -> list[Form]:
         sql = f"SELECT {_FORM_COLUMNS} FROM forms WHERE status = 'pending'"
         args: tuple[Any, ...] = ()
         if session_id is not None:
             sql, args = sql + " AND session_id = ?", (*args, session_id)
+        if session_ids is not None:
+            sql, args = sql + _in("session_id", session_ids), (*args, *session_ids)
         if turn_id is not None:
             sql, args = sql + " AND turn_id = ?", (*args, turn_id)
         return [_form_from_row(r) for r in self._all(sql + " ORDER BY ord", args)]
@@ -657,6 +724,11 @@ class Queries:
         row = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")
         assert row is not None
         return int(row[0])
+
+
+def _in(column: str, values: list[str]) -> str:
+    """`` AND column IN (?, ...)`` for ``values`` (never empty: a session and its descendants)."""
+    return f" AND {column} IN ({', '.join('?' for _ in values)})"
 
 
 def _tool_part(call: ToolCallRow) -> ToolPart:

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from coordinator import wire
-from coordinator.reasons import StopReason
+from coordinator.reasons import ParentLink, StopReason
 from coordinator.records import Partial, ToolError
 
 
@@ -41,10 +41,13 @@ class TurnRow:
     outcome: str | None
     resumes: int
     suspended_after: str | None
+    # The task call that runs this turn (a sub-agent's turn), or None for a turn of the session's own.
+    task: ParentLink | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> TurnRow:
-        id, session_id, ord, prompt, status, stop_reason, outcome, resumes, suspended_after = row
+        id, session_id, ord, prompt, status, stop_reason, outcome, resumes, suspended_after = row[:9]
+        parent_session_id, parent_call_id = row[9:]
         return cls(
             id=id,
             session_id=session_id,
@@ -55,10 +58,16 @@ class TurnRow:
             outcome=outcome,
             resumes=resumes,
             suspended_after=suspended_after,
+            task=None
+            if parent_session_id is None
+            else ParentLink(session_id=parent_session_id, call_id=parent_call_id),
         )
 
 
-TURN_COLUMNS = "id, session_id, ord, prompt, status, stop_reason, outcome, resumes, suspended_after"
+TURN_COLUMNS = (
+    "id, session_id, ord, prompt, status, stop_reason, outcome, resumes, suspended_after, "
+    "parent_session_id, parent_call_id"
+)
 
 
 @attrs.frozen(kw_only=True)

@@ -47,6 +47,15 @@ class NestedCaller(Protocol):
     async def __call__(self, name: str, input: Any) -> CallResult: ...
 
 
+class TaskRunner(Protocol):
+    """Runs one turn of a sub-agent session as a child actor of the calling ``task`` call (§12).
+
+    Returns the call's result ``{session_id, text}``. **Raises:** ``ToolFailure`` when the call fails.
+    """
+
+    async def __call__(self, prompt: str, title: str, session_id: str | None) -> dict[str, Any]: ...
+
+
 class LogWriter(Protocol):
     """Appends a line to the caller's ``logs`` and publishes it as ``session.tool.progress``."""
 
@@ -70,6 +79,7 @@ class ToolContext:
     call_nested: NestedCaller | None = None
     write_log: LogWriter | None = None
     open_form: FormOpener | None = None
+    run_task: TaskRunner | None = None
     # Records a process group the tool started, durably, so that a later start can kill it if this
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None

@@ -1,24 +1,15 @@
 """Sub-agent sessions on the page (contract section 12): nested under their task call, their dialogs on
-the parent's page.
-
-The `task` tool comes with issue 16: until it is merged this file has nothing to run, and says so.
-"""
+the parent's page."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.harness import ServerThread, plain_server, scripted_config
 from tests.browser.test_page_dialogs import DONE, SHELL, open_session, send_prompt
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("coordinator.tools.task") is None, reason="no task tool yet (issue 16)"
-)
 
 TASK = {"tool_calls": [{"id": "call_task", "name": "task", "input": {"prompt": "look", "title": "helper"}}]}
 

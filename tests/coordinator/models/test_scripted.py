@@ -276,3 +276,22 @@ async def test_cut_streams_its_chunks_then_fails_the_request() -> None:
     with pytest.raises(ModelError, match="cut short"):
         await model.complete(ModelRequest(session_id="s", index=0, messages=(), tools=(), text=sink))
     assert [p for _, p in sink.pieces] == ["half a ", "sent"]
+
+
+async def test_a_script_object_answers_each_session_by_its_title(tmp_path: Path) -> None:
+    """Sub-agents (contract section 12) need their own script: a session takes its title's list, else "*"."""
+    model = ScriptedModel.from_file(
+        write_script(tmp_path, {"helper": [{"text": "h0"}, {"text": "h1"}], "*": [{"text": "any"}]})
+    )
+
+    def titled(title: str, index: int) -> ModelRequest:
+        return ModelRequest(session_id="s1", index=index, messages=(), tools=(), title=title)
+
+    answers = [(await model.complete(titled(t, i))).text for t, i in [("helper", 0), ("helper", 5), ("x", 3)]]
+    assert answers == ["h0", "h1", "any"]
+    only_named = ScriptedModel.from_json({"helper": [{"text": "h"}]})
+    with pytest.raises(ModelError, match="no list for the title 'other'"):
+        await only_named.complete(titled("other", 0))
+    with pytest.raises(ConfigError) as caught:
+        ScriptedModel.from_json({"helper": []}, "s.json")
+    assert caught.value.where == 's.json: "helper"'

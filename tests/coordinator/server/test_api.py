@@ -151,13 +151,14 @@ async def test_session_routes_answer_as_the_contract_says(done_api: Api) -> None
     created = await _raw(api, "POST", "/api/session", b'{"title": "first"}')
     assert created.status_code == 201
     session = created.json()
-    assert set(session) == {"id", "title", "status", "claim", "last_outcome", "created_at"}
+    assert set(session) == {"id", "title", "status", "claim", "last_outcome", "created_at", "parent"}
     assert (session["title"], session["status"], session["claim"], session["last_outcome"]) == (
         "first",
         "idle",
         None,
         None,
     )
+    assert session["parent"] is None
     untitled = await _raw(api, "POST", "/api/session", b"")
     assert untitled.status_code == 201 and untitled.json()["title"] == ""
     listed = await api.client.list_sessions()

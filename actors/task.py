@@ -1,0 +1,219 @@
+"""The task actor: one turn of a sub-agent session, run as a child actor of a ``task`` call (§12).
+
+The sub-agent is an ordinary session (its own claim, events, history and waits) whose ``parent``
+names the call. Its turn is begun in the parent's fenced transaction that creates it (or, with
+``session_id``, prompts an existing sub-agent of the parent), and is run by ``session.run_turn``
+right here, inside the call's scope, so it never outlives the call:
+
+- **downward**: when the parent's turn stops, the sub-agent's turn is stopped with the same reason
+  and ``parent`` on it, and settles (its waits revoked, its calls failed, its processes killed, or
+  for a shutdown suspended) before the task call settles;
+- **outward**: the call's result is how the sub-agent's turn ended, read back from the store (so a
+  resumed call reads it the same way): succeeded gives ``{session_id, text}``; declined stops the
+  parent's turn (``Declined(via="task")``); any other stop of its own fails only the call.
+
+A restarted parent resumes the call (``permitted``): the call finds its turn through its link and
+takes it over (resuming it after a shutdown or a crash), or reads how it ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from actors import session
+from actors.context import Runtime, TurnScope
+from actors.handle import ActorHandle
+from actors.session import Takeover
+from coordinator import events
+from coordinator.errors import ToolFailure
+from coordinator.ids import new_id
+from coordinator.reasons import Declined, ParentLink, from_parent
+from coordinator.records import TextPart
+from coordinator.store.rows import ToolCallRow, TurnRow
+from coordinator.store.sqlite import SqliteTx, now_rfc3339
+
+log = structlog.get_logger()
+
+
+async def run(
+    turn: TurnScope,
+    running: ActorHandle,
+    call: ToolCallRow,
+    *,
+    prompt: str,
+    title: str,
+    session_id: str | None,
+) -> dict[str, Any]:
+    """Run the sub-agent's turn for ``call`` to its settlement and return the call's result.
+
+    **Cancellation:** a stop of the parent's turn stops the sub-agent's with the same reason and
+    ``parent``; this returns (raising ``Cancelled``) only once that turn settled, shielded.
+
+    **Raises:** ``ToolFailure``: a depth over ``[limits] task_depth``, a ``session_id`` that is not a
+    sub-agent of this session or is busy, or a sub-agent's turn that failed, timed out or was
+    interrupted on its own.
+    """
+    link = ParentLink(session_id=turn.session_id, call_id=call.call_id)
+    runtime = turn.runtime
+    sub_turn = runtime.store.read.turn_of_task_call(turn.session_id, call.call_id)
+    if sub_turn is None:
+        scope, sub_turn = await _begin(turn, link, prompt, title, session_id)
+        await _run_inside(runtime, running, link, scope, sub_turn, None)
+    elif sub_turn.status != "settled":
+        scope, sub_turn, takeover = await _take_over(runtime, sub_turn)
+        await _run_inside(runtime, running, link, scope, sub_turn, takeover)
+    if runtime.wake is not None:
+        runtime.wake(sub_turn.session_id)  # a prompt a client queued meanwhile in the sub-agent's session
+    return await _result(turn, call, sub_turn.id)
+
+
+def _check_depth(turn: TurnScope, tx: SqliteTx) -> None:
+    limit = turn.runtime.config.limits.task_depth
+    depth = tx.session_depth(turn.session_id) + 1
+    if depth > limit:
+        raise ToolFailure(
+            type="error", message=f"a sub-agent here would be {depth} deep; [limits] task_depth is {limit}"
+        )
+
+
+async def _begin(
+    turn: TurnScope, link: ParentLink, prompt: str, title: str, session_id: str | None
+) -> tuple[TurnScope, TurnRow]:
+    """Create (or find) the sub-agent, queue its turn, take its claim and publish the start, at once.
+
+    One transaction, fenced by the parent's claim: after a crash either nothing of it exists (the
+    call never started its sub-agent) or all of it does (the resume finds the turn by its link).
+    """
+    runtime = turn.runtime
+    turn_id = new_id("turn")
+    async with turn.write() as tx:
+        _check_depth(turn, tx)
+        since = now_rfc3339()
+        child_id = _sub_agent(tx, link, title, session_id, since)
+        tx.insert_turn(turn_id, child_id, prompt, since, task=link)
+        epoch = tx.acquire_claim(child_id, runtime.instance_id, since, takeover_from=None)
+        if epoch == 0:
+            raise ToolFailure(type="error", message=f"the sub-agent session {child_id} is busy with a turn")
+        tx.set_turn_status(turn_id, "running")
+        message_id = new_id("msg")
+        tx.insert_message(message_id, child_id, turn_id, "user", since)
+        tx.add_text_part(message_id, prompt)
+        tx.emit(events.turn_started(child_id, turn_id, prompt))
+        row = tx.get_turn(turn_id)
+    assert row is not None
+    return _scope(runtime, row, epoch), row
+
+
+def _sub_agent(tx: SqliteTx, link: ParentLink, title: str, session_id: str | None, since: str) -> str:
+    """The sub-agent's session id: a new session made now (``session.created``), or ``session_id``."""
+    if session_id is None:
+        child_id = new_id("ses")
+        tx.insert_session(child_id, title, since, parent=link)
+        created = tx.get_session(child_id)
+        assert created is not None
+        tx.emit(events.session_created(created))
+        return child_id
+    existing = tx.get_session(session_id)
+    if existing is None or existing.parent is None or existing.parent.session_id != link.session_id:
+        raise ToolFailure(type="error", message=f"{session_id!r} is not a sub-agent session of this session")
+    return session_id
+
+
+async def _take_over(runtime: Runtime, sub_turn: TurnRow) -> tuple[TurnScope, TurnRow, Takeover]:
+    """Claim a sub-agent turn a previous process left (suspended, crashed, or stopping), to resume it."""
+    claim = runtime.store.read.get_claim(sub_turn.session_id)
+    previous = None if claim is None else claim.owner
+    after = "shutdown" if sub_turn.status == "suspended" else "crash"
+    async with runtime.store.transaction() as tx:
+        current = tx.get_turn(sub_turn.id)
+        assert current is not None
+        epoch = 0
+        if current.status in ("running", "stopping", "suspended"):
+            epoch = tx.acquire_claim(
+                current.session_id, runtime.instance_id, now_rfc3339(), takeover_from=previous
+            )
+    if epoch == 0:
+        raise ToolFailure(
+            type="error", message=f"the sub-agent session {sub_turn.session_id} is run elsewhere"
+        )
+    log.info("sub_agent_taken_over", sub_turn_id=current.id, after=after)
+    return _scope(runtime, current, epoch), current, Takeover(previous_owner=previous, after=after)
+
+
+def _scope(runtime: Runtime, row: TurnRow, epoch: int) -> TurnScope:
+    return TurnScope(
+        runtime=runtime,
+        session_id=row.session_id,
+        turn_id=row.id,
+        epoch=epoch,
+        handle=ActorHandle(kind="turn", id=row.id),
+    )
+
+
+async def _run_inside(
+    runtime: Runtime,
+    running: ActorHandle,
+    link: ParentLink,
+    scope: TurnScope,
+    row: TurnRow,
+    takeover: Takeover | None,
+) -> None:
+    """Run the sub-agent's turn shielded, and forward the parent's stop to it as a typed stop.
+
+    Shielded like a session actor: only a stop with a reason ends the turn, never the bare
+    cancellation of the parent's scope, so it always settles itself (and before the call does).
+    """
+    settled = False
+
+    async def forward_stop() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not settled:  # the parent's scope was cancelled: its reason, with `parent`, comes down
+                scope.handle.stop(from_parent(running.reason_or_failure(), link))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(forward_stop)
+        with trio.CancelScope(shield=True):
+            await session.run_turn(runtime, scope, row, takeover)
+        settled = True
+        nursery.cancel_scope.cancel(reason="the sub-agent's turn settled")
+
+
+# How a sub-agent's own stop fails its task call, by the turn's outcome (declined stops the parent).
+_OUTCOME_ERRORS = {"failed": "error", "timed_out": "timeout", "interrupted": "interrupted"}
+
+
+async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[str, Any]:
+    """The call's result, from how the sub-agent's turn ended as the store has it."""
+    read = turn.runtime.store.read
+    row = read.get_turn(sub_turn_id)
+    assert row is not None
+    if row.outcome == "succeeded":
+        return {"session_id": row.session_id, "text": last_text(turn.runtime, row)}
+    reason = row.stop_reason
+    if row.status != "settled" or reason is None or reason.parent is not None:
+        # Stopped (or suspended) because the parent's turn stopped: so does this call, with that reason.
+        await trio.lowlevel.checkpoint()
+        raise ToolFailure(type="error", message=f"the sub-agent's turn {row.id} ended as its parent's stop")
+    if row.outcome == "declined":
+        await turn.stop(Declined(via="task", call_id=call.call_id))
+        await trio.lowlevel.checkpoint()
+        raise AssertionError("a stopped turn did not cancel its task call")
+    error_type = _OUTCOME_ERRORS.get(row.outcome or "", "error")
+    message = f"the sub-agent session {row.session_id} stopped: {reason.describe()}"
+    raise ToolFailure(type=error_type, message=message)  # type: ignore[arg-type]
+
+
+def last_text(runtime: Runtime, row: TurnRow) -> str:
+    """The text of the last assistant message of the turn that has any (what the sub-agent answered)."""
+    for message in reversed(runtime.store.read.history(row.session_id)):
+        if message.turn_id != row.id or message.role != "assistant":
+            continue
+        text = "".join(part.text for part in message.parts if isinstance(part, TextPart))
+        if text:
+            return text
+    return ""
