@@ -20,6 +20,7 @@ from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
 from tests.conftest import Recorder, make_config, running
 from tests.scenarios.test_stop_matrix import CountingModel
+from tests.servers import group_gone
 
 RULES = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", resource="*", effect="ask"))
 TASK = {"tool_calls": [{"id": "call_task", "name": "task", "input": {"prompt": "look", "title": "helper"}}]}
@@ -560,3 +561,43 @@ async def test_a_task_call_deeper_than_the_limit_fails_with_type_error(
         error = recorder.of("session.tool.failed")[0].payload["error"]
         assert error["type"] == "error" and "task_depth is 1" in error["message"]
         assert last_tool_result(requests_of(model, child)[1])["error"]["type"] == "error"
+
+
+async def test_an_interrupt_of_the_parent_kills_the_sub_agents_command_before_the_call_fails(
+    tmp_path: Path,
+) -> None:
+    """The seeds' server left a cancelled sub-agent's processes running: here they are killed and reaped
+    as the child settles, before its parent's task call fails."""
+    config = attrs.evolve(
+        config_for(tmp_path),
+        permission=(*RULES, Rule(action="shell", resource="exec sleep*", effect="allow")),
+    )
+    sleeper = {"tool_calls": [{"id": "call_sleep", "name": "shell", "input": {"command": "exec sleep 30"}}]}
+    model = model_of({"*": [TASK, DONE], "helper": [sleeper, CHILD_DONE]})
+    async with running(config, model=model) as (coord, recorder):
+        session = await coord.create_session(title="parent")
+        await coord.prompt(session.id, "delegate")
+        await recorder.wait_for("session.tool.started", 2)
+        child = child_id(recorder)
+        with trio.fail_after(10):
+            while (group := coord.store.read.process_group_of(child, "call_sleep")) is None:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        assert not group_gone(group["pgid"])
+        assert await coord.interrupt(session.id, by="api")
+        await recorder.wait_for("session.idle", 2)
+        assert group_gone(group["pgid"])
+        assert timeline(recorder, session.id)[4:] == [
+            "C session.created",
+            "C session.turn.started",
+            "C session.step.started",
+            "C session.tool.started",
+            "C session.tool.failed",
+            "C session.step.failed",
+            "C session.execution.interrupted",
+            "C session.idle",
+            "P session.tool.failed",
+            "P session.step.failed",
+            "P session.execution.interrupted",
+            "P session.idle",
+        ]
+        assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "interrupted"
