@@ -92,7 +92,7 @@ def settle_call(
     Returns False when the call was settled already.
     """
     leftover = stopped_for or Failure(message=f"tool call {call.call_id} settled before this")
-    settle_sub_agent_turn(tx, call, leftover)
+    settle_sub_agent_turn(tx, call, stopped_for)
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     fail_calls(tx, [c for c in children if c.status == "running"], leftover)
     revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
@@ -119,7 +119,7 @@ def fail_calls(
         kill_left_process_group(tx, call)
         revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
         failure = error or ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
-        settle_call(tx, call, error=failure, partial=partials[call.call_id])
+        settle_call(tx, call, error=failure, partial=partials[call.call_id], stopped_for=reason)
 
 
 def stored_partial(tx: SqliteTx, call: ToolCallRow) -> Partial | None:
@@ -175,9 +175,10 @@ def committed_reason(tx: SqliteTx, turn_id: str, reason: StopReason) -> StopReas
     return reason
 
 
-def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, reason: StopReason) -> None:
+def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReason | None) -> None:
     """Settle the sub-agent turn a task call left unsettled, before the call itself: the turn's own
-    stop if one was committed, else the call's reason with ``parent`` naming the call.
+    stop if one was committed, else the stop of the call's turn with ``parent`` naming the call, else
+    (the call failed on its own: the sub-agent's settlement could not be written) a failure of its own.
 
     In a live stop the sub-agent's turn has settled itself inside its call; this settles what a
     crash (or a failed commit) left, e.g. a parent's stop settled at the next start.
@@ -187,7 +188,9 @@ def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, reason: StopReason) -
         return
     link = ParentLink(session_id=call.session_id, call_id=call.call_id)
     own = sub_turn.stop_reason if sub_turn.status == "stopping" else None
-    sub_reason = own or from_parent(reason, link)
+    if own is None and stopped_for is None:
+        own = Failure(message=f"the turn could not be settled before its task call {call.call_id} failed")
+    sub_reason = own or from_parent(stopped_for, link)  # type: ignore[arg-type]
     sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason)
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
 

@@ -28,7 +28,7 @@ from actors.context import Runtime, TurnScope
 from actors.handle import ActorHandle
 from actors.session import Takeover
 from coordinator import events
-from coordinator.errors import ToolFailure
+from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, ParentLink, from_parent
 from coordinator.records import TextPart
@@ -167,6 +167,7 @@ async def _run_inside(
     cancellation of the parent's scope, so it always settles itself (and before the call does).
     """
     settled = False
+    unwritten: StoreError | None = None
 
     async def forward_stop() -> None:
         try:
@@ -177,10 +178,19 @@ async def _run_inside(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(forward_stop)
-        with trio.CancelScope(shield=True):
-            await session.run_turn(runtime, scope, row, takeover)
-        settled = True
-        nursery.cancel_scope.cancel(reason="the sub-agent's turn settled")
+        try:
+            with trio.CancelScope(shield=True):
+                await session.run_turn(runtime, scope, row, takeover)
+        except StoreError as exc:
+            # The sub-agent's settlement could not be written: the store keeps its turn as it was, and
+            # the call's own settlement settles it (settlement.settle_sub_agent_turn).
+            unwritten = exc
+        finally:
+            settled = True
+            nursery.cancel_scope.cancel(reason="the sub-agent's turn ended")
+    if unwritten is not None:
+        message = f"the sub-agent's turn could not be settled: {type(unwritten).__name__}: {unwritten}"
+        raise ToolFailure(type="error", message=message) from unwritten
 
 
 # How a sub-agent's own stop fails its task call, by the turn's outcome (declined stops the parent).

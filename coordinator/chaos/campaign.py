@@ -97,7 +97,10 @@ def execute_run(
     _remove(db)
     world_rng = random.Random(f"{tag}:world")
     world = make_world(world_rng, root, db) if setup is None else make_user_world(world_rng, root, db, setup)
-    record = RunRecord(discovering=world.scenario is not None, external=world.external)
+    # A scenario makes its own sessions; `task` calls make sub-agent sessions: the record takes both
+    # from the store.
+    discovering = world.scenario is not None or bool(world.sub_scripts)
+    record = RunRecord(discovering=discovering, external=world.external)
     injector = ChaosInjector(
         record,
         rng=random.Random(f"{tag}:faults"),
@@ -106,7 +109,7 @@ def execute_run(
         thinking=not world.processes,
         patience=world.patience,
     )
-    model = ChaosModel(default=world.default_script)
+    model = ChaosModel(default=world.default_script, by_title=world.sub_scripts)
     clock = MockClock(rate=1.0) if world.processes else MockClock(autojump_threshold=0)
     state = RunState(world=world, record=record, injector=injector, model=model, clock=clock)
     before = processes.children()  # a test's own helpers are not this run's leftovers

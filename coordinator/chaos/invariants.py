@@ -16,6 +16,7 @@ from typing import Any
 from coordinator.chaos.record import RunRecord, StoreView, Violation
 from coordinator.chaos.settling import check_calls, check_requests, check_stop_order, check_waits
 from coordinator.chaos.streaming import Streamed, check_streamed_text
+from coordinator.chaos.sub_agents import check_sub_agents, declined_by_its_sub_agent
 from coordinator.chaos.timeline import (
     RESUMED,
     SUSPENDED,
@@ -63,6 +64,8 @@ def check_terminals(record: RunRecord, view: StoreView) -> list[Violation]:
             )
             continue
         reason = terminals[0].payload.get("reason")
+        if isinstance(reason, dict) and "parent" in reason:
+            continue  # a sub-agent stopped by its parent's stop: check_sub_agents
         intent = record.intents.get(turn_id)
         if intent is not None and reason_dict(intent.reason) != reason:
             found.append(
@@ -74,7 +77,7 @@ def check_terminals(record: RunRecord, view: StoreView) -> list[Violation]:
             )
         elif record.track_intents and intent is None and reason is not None and reason["type"] != "error":
             found.append(Violation(1, f"{turn_id} ended {reason} without a stop intent committed first"))
-        uncaused = _uncaused(record, turn_id, session_id, reason)
+        uncaused = _uncaused(record, view, turn_id, session_id, reason)
         if uncaused:
             found.append(Violation(1, f"{turn_id} ended {reason}, but {uncaused}"))
         for suspended in (e for e in mine if e.type == SUSPENDED):
@@ -86,7 +89,7 @@ def check_terminals(record: RunRecord, view: StoreView) -> list[Violation]:
     return found
 
 
-def _uncaused(record: RunRecord, turn_id: str, session_id: str, reason: Any) -> str | None:
+def _uncaused(record: RunRecord, view: StoreView, turn_id: str, session_id: str, reason: Any) -> str | None:
     """Why no injected fault explains ``reason``; None when one does."""
     if reason is None:
         return None
@@ -95,6 +98,10 @@ def _uncaused(record: RunRecord, turn_id: str, session_id: str, reason: Any) -> 
         return None  # the user's own deadline, or their scenario's own interrupt or reject
     if kind == "interrupt" and session_id not in record.interrupted_sessions:
         return "no interrupt of its session was accepted"
+    if kind == "declined" and reason["via"] == "task":
+        if declined_by_its_sub_agent(view, session_id, reason["call_id"]):
+            return None
+        return f"the sub-agent of {reason['call_id']} did not end declined on its own"
     if kind == "declined" and (session_id, reason["call_id"]) not in record.declined_calls:
         return f"no decline of {reason['call_id']} was accepted"
     if kind == "timeout" and turn_id not in record.timed_turns:
@@ -135,11 +142,25 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
                         2, f"phase {phase.number} ({phase.end}): {session_id} turns {statuses}, claim {state}"
                     )
                 )
-            elif expected == "held" and claim is not None and claim.owner != phase.instance_id:
+            elif (
+                expected == "held"
+                and claim is not None
+                and claim.owner != phase.instance_id
+                and not _left_for_its_parent(record, phase.view, session_id, claim.owner)
+            ):
                 found.append(
                     Violation(2, f"phase {phase.number}: {session_id} held by {claim.owner}, not its owner")
                 )
     return found
+
+
+def _left_for_its_parent(record: RunRecord, view: StoreView, session_id: str, owner: str | None) -> bool:
+    """A sub-agent's turn left by a dead coordinator is taken over only inside its parent's resumed
+    task call: a phase that ended before that call ran leaves it held by its earlier owner."""
+    earlier = {p.instance_id for p in record.phases}
+    return owner in earlier and any(
+        row.task is not None and row.session_id == session_id for row in view.turns.values()
+    )
 
 
 def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
@@ -301,4 +322,5 @@ CHECKS: tuple[Callable[[RunRecord, StoreView], list[Violation]], ...] = (
     check_calls,
     check_reasons,
     check_log,
+    check_sub_agents,
 )

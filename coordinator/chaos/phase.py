@@ -107,7 +107,8 @@ async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome
 async def _start_sessions(state: RunState, coord: Coordinator) -> None:
     for script, prompts in zip(state.world.scripts, state.world.prompts, strict=True):
         session = await _retrying(coord.create_session, "chaos")
-        state.record.sessions.append(session.id)
+        if session.id not in state.record.sessions:  # discovered already when sub-agents run
+            state.record.sessions.append(session.id)
         state.model.assign(session.id, script)
         for number in range(prompts):
             turn_id = await _retrying(coord.prompt, session.id, f"prompt {number}")

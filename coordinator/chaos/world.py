@@ -64,16 +64,23 @@ class World:
     # With a scenario, the campaign's person answers a wait only once it was left pending this long.
     patience: float = 0.0
     default_script: tuple[dict[str, Any], ...] | None = None  # the script of a scenario's sessions
+    # The scripts of the sub-agent sessions that `task` calls create, by the title the call gives.
+    sub_scripts: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
 
     def describe(self) -> str:
-        kinds = sorted(
-            {call["name"] for s in self.scripts for item in s for call in item.get("tool_calls", [])}
-        )
-        return f"{len(self.scripts)} session(s), prompts {list(self.prompts)}, tools {kinds}"
+        every = [*self.scripts, *(script for _, script in self.sub_scripts)]
+        kinds = sorted({call["name"] for s in every for item in s for call in item.get("tool_calls", [])})
+        subs = f", {len(self.sub_scripts)} sub-agent(s)" if self.sub_scripts else ""
+        return f"{len(self.scripts)} session(s){subs}, prompts {list(self.prompts)}, tools {kinds}"
 
 
 def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
-    """Draw a world: 1-3 sessions (one when real processes run, to keep the run replayable)."""
+    """Draw a world: 1-3 sessions (one when real processes run, to keep the run replayable), some with
+    a sub-agent (``_with_sub_agents``)."""
+    # Sub-agents are drawn from their own generator, seeded by this one's state before any draw: every
+    # other draw, so every world without sub-agents and the schedules recorded for it, stays as it was
+    # (the salt keeps the runs of tests/coordinator/chaos/test_campaign.py::FOUND without sub-agents).
+    sub_rng = random.Random(f"task:{rng.getstate()[1][:8]}")
     processes = rng.random() < 0.2
     sessions = 1 if processes else rng.choice((1, 1, 2, 2, 3))
     scripts = tuple(_script(rng, s, processes) for s in range(sessions))
@@ -88,7 +95,43 @@ def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     )
     server = ServerConfig(db=str(db), lease=15, max_resumes=5, shutdown_grace=10)
     config = Config(server=server, timeouts=timeouts, permission=RULES, plugin=PLUGINS, base_dir=base_dir)
-    return World(config=config, scripts=scripts, prompts=prompts, processes=processes, turn_limit=TURN_LIMIT)
+    world = World(config=config, scripts=scripts, prompts=prompts, processes=processes, turn_limit=TURN_LIMIT)
+    return world if processes else _with_sub_agents(sub_rng, world)
+
+
+# A share of the worlds without real processes gives one session a sub-agent (contract section 12),
+# which itself has one in a share of those (two levels deep).
+SUB_AGENT_SHARE = 0.3
+GRANDCHILD_SHARE = 0.3
+
+
+def _with_sub_agents(rng: random.Random, world: World) -> World:
+    """The world with one tool call of one session's script replaced by a `task` call."""
+    if rng.random() >= SUB_AGENT_SHARE:
+        return world
+    session = rng.randrange(len(world.scripts))
+    child_title = f"sub-s{session}"
+    child = _script(rng, 10 + session, False)
+    subs = [(child_title, child)]
+    if rng.random() < GRANDCHILD_SHARE:
+        grandchild_title = f"{child_title}-2"
+        subs.append((grandchild_title, _script(rng, 20 + session, False)))
+        subs[0] = (child_title, _delegating(rng, child, grandchild_title))
+    scripts = list(world.scripts)
+    scripts[session] = _delegating(rng, scripts[session], child_title)
+    return attrs.evolve(world, scripts=tuple(scripts), sub_scripts=tuple(subs))
+
+
+def _delegating(
+    rng: random.Random, script: tuple[dict[str, Any], ...], title: str
+) -> tuple[dict[str, Any], ...]:
+    """``script`` with the first call of one of its tool steps made a `task` call to ``title``."""
+    items = [dict(item) for item in script]
+    step = rng.randrange(len(items) - 1)  # the last item is the text answer
+    calls = list(items[step]["tool_calls"])
+    task = {"id": calls[0]["id"], "name": "task", "input": {"prompt": "help", "title": title}}
+    items[step]["tool_calls"] = [task, *calls[1:]]
+    return tuple(items)
 
 
 # A scenario's person waits this long (trio seconds) before answering what the scenario left pending.
@@ -202,8 +245,14 @@ def _call(rng: random.Random, call_id: str, processes: bool) -> dict[str, Any]:
 class ChaosModel:
     """Answers each session from its own script, and keeps every request it was sent (to check them)."""
 
-    def __init__(self, default: tuple[dict[str, Any], ...] | None = None) -> None:
+    def __init__(
+        self,
+        default: tuple[dict[str, Any], ...] | None = None,
+        by_title: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = (),
+    ) -> None:
         self.scripts: dict[str, ScriptedModel] = {}
+        # Sub-agent sessions, made by `task` calls, are answered by their title's script.
+        self.by_title = {title: ScriptedModel.from_json(list(s), title) for title, s in by_title}
         self.requests: list[ModelRequest] = []
         self.streams: list[Streamed] = []
         # The script of sessions the campaign did not create (a scenario's).
@@ -215,7 +264,7 @@ class ChaosModel:
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The script's answer. **Cancellation:** abandoned. **Raises:** nothing."""
         self.requests.append(request)
-        model = self.scripts.get(request.session_id, self.default)
+        model = self.scripts.get(request.session_id) or self.by_title.get(request.title) or self.default
         assert model is not None, f"no script for session {request.session_id}"
         stream = Streamed(session_id=request.session_id, index=request.index, messages=request.messages)
         self.streams.append(stream)
