@@ -18,6 +18,7 @@ takes it over (resuming it after a shutdown or a crash), or reads how it ended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -46,8 +47,11 @@ async def run(
     prompt: str,
     title: str,
     session_id: str | None,
+    started: Callable[[str], None],
 ) -> dict[str, Any]:
     """Run the sub-agent's turn for ``call`` to its settlement and return the call's result.
+
+    ``started`` is told the sub-agent's session id as soon as its turn is begun (or found).
 
     **Cancellation:** a stop of the parent's turn stops the sub-agent's with the same reason and
     ``parent``; this returns (raising ``Cancelled``) only once that turn settled, shielded.
@@ -61,10 +65,13 @@ async def run(
     sub_turn = runtime.store.read.turn_of_task_call(turn.session_id, call.call_id)
     if sub_turn is None:
         scope, sub_turn = await _begin(turn, link, prompt, title, session_id)
+        started(sub_turn.session_id)
         await _run_inside(runtime, running, link, scope, sub_turn, None)
-    elif sub_turn.status != "settled":
-        scope, sub_turn, takeover = await _take_over(runtime, sub_turn)
-        await _run_inside(runtime, running, link, scope, sub_turn, takeover)
+    else:
+        started(sub_turn.session_id)
+        if sub_turn.status != "settled":
+            scope, sub_turn, takeover = await _take_over(runtime, sub_turn)
+            await _run_inside(runtime, running, link, scope, sub_turn, takeover)
     if runtime.wake is not None:
         runtime.wake(sub_turn.session_id)  # a prompt a client queued meanwhile in the sub-agent's session
     return await _result(turn, call, sub_turn.id)

@@ -55,7 +55,14 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
     async def run_task(prompt: str, title: str, session_id: str | None) -> dict[str, Any]:
         from actors import task  # the sub-agent's turn runs steps, whose tool calls build this context
 
-        return await task.run(turn, handle, call, prompt=prompt, title=title, session_id=session_id)
+        # The sub-agent's id is in the call's partial result from its start: a call that stops (or
+        # fails) still tells the model which sub-agent to come back to.
+        def started(child_id: str) -> None:
+            context.remember_progress({"session_id": child_id})
+
+        return await task.run(
+            turn, handle, call, prompt=prompt, title=title, session_id=session_id, started=started
+        )
 
     async def write_log(line: str) -> None:
         context.logs.append(line)

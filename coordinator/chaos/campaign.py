@@ -60,6 +60,8 @@ class RunResult:
     errors: tuple[str, ...] = ()
     reached: tuple[str, ...] = ()  # the plugin checkpoints the run passed (rows of the table)
     setup: Setup | None = None  # the user's config and script, for the replay line
+    # Faults that took effect at a checkpoint inside a sub-agent session (contract section 12).
+    in_sub_agents: int = 0
 
     @property
     def failed(self) -> bool:
@@ -159,6 +161,16 @@ def run_one(
         errors=tuple(_describe_log(e) for e in run.logs if e.get("event") != "reasonless_cancel"),
         reached=tuple(sorted({name for name in record.checkpoints if is_plugin_checkpoint(name)})),
         setup=None if setup is None else attrs.evolve(setup, scenario=None),
+        in_sub_agents=_in_sub_agents(run),
+    )
+
+
+def _in_sub_agents(run: Run) -> int:
+    sessions = run.view.sessions
+    return sum(
+        1
+        for a in run.record.applied
+        if (s := sessions.get(a.session_id)) is not None and s.parent is not None
     )
 
 

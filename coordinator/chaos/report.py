@@ -102,6 +102,12 @@ def print_summary(
         out.write(f"not injected ({len(missing)} of {len(rows) * len(FAULT_KINDS)}): {listed}\n")
     else:
         out.write("every fault kind took effect at every checkpoint kind\n")
+    with_subs = [r for r in results if "sub-agent" in r.world]
+    if with_subs:
+        inside = sum(r.in_sub_agents for r in results)
+        out.write(
+            f"{len(with_subs)} runs with sub-agents; {inside} faults took effect inside a sub-agent session\n"
+        )
     by_invariant = Counter(name for f in failures for name in {v.split(":")[0] for v in f.result.violations})
     verdict = ":" if failures else "; every invariant held"
     out.write(f"\n{len(failures)} of {len(results)} runs failed{verdict}\n")

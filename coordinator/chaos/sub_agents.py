@@ -98,7 +98,9 @@ def _reason(child: TurnRow, parent_id: str, mine: list[Event], theirs: list[Even
     assert child.task is not None
     link = {"session_id": child.task.session_id, "call_id": child.task.call_id}
     parent_reasons = [_bare(e.payload.get("reason")) for e in theirs if e.type in ENDS]
-    for end in (e for e in mine if e.type in ENDS):
+    # A suspension is the shutdown's (checked by check_reasons): the parent itself may have crashed
+    # before its own suspension was written.
+    for end in (e for e in mine if e.type in TERMINALS):
         reason = end.payload.get("reason")
         if not isinstance(reason, dict) or "parent" not in reason:
             continue  # its own stop: explained like any turn's (check_terminals)

@@ -205,7 +205,10 @@ async def test_an_interrupt_of_the_parent_stops_the_sub_agent_first_with_parent_
             "type": "interrupt",
             "by": "api",
         }
-        assert recorder.of("session.tool.failed")[-1].payload["error"]["type"] == "interrupted"
+        failed = recorder.of("session.tool.failed")[-1].payload
+        assert failed["error"]["type"] == "interrupted"
+        # The child's id survives the stop, so the model (or a person) can come back to it.
+        assert failed["partial"] == {"progress": {"session_id": child}}
         assert (await coord.get_session(child)).last_outcome == "interrupted"
         assert len(requests_of(model, parent)) == 1 and len(requests_of(model, child)) == 1
         assert await coord.pending_permissions() == []
@@ -342,10 +345,10 @@ async def test_a_timeout_inside_the_sub_agent_fails_only_the_task_call(
             "scope": "permission",
             "after": 5.0,
         }
-        error = recorder.of("session.tool.failed")[-1].payload["error"]
-        assert error["type"] == "timeout"
+        failed = recorder.of("session.tool.failed")[-1].payload
+        assert failed["error"]["type"] == "timeout" and failed["partial"]["progress"] == {"session_id": child}
         heard = last_tool_result(requests_of(model, parent)[1])
-        assert heard["error"]["type"] == "timeout"
+        assert heard["error"]["type"] == "timeout" and child in json.dumps(heard)
 
 
 async def test_a_clients_interrupt_of_the_sub_agent_fails_the_call_as_interrupted(
