@@ -189,7 +189,7 @@ def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReas
     link = ParentLink(session_id=call.session_id, call_id=call.call_id)
     own = sub_turn.stop_reason if sub_turn.status == "stopping" else None
     if own is None and stopped_for is None:
-        own = Failure(message=f"the turn could not be settled before its task call {call.call_id} failed")
+        own = Failure(message=f"its task call {call.call_id} failed before this turn could settle")
     sub_reason = own or from_parent(stopped_for, link)  # type: ignore[arg-type]
     sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason)
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)

@@ -16,7 +16,11 @@ from typing import Any
 from coordinator.chaos.record import RunRecord, StoreView, Violation
 from coordinator.chaos.settling import check_calls, check_requests, check_stop_order, check_waits
 from coordinator.chaos.streaming import Streamed, check_streamed_text
-from coordinator.chaos.sub_agents import check_sub_agents, declined_by_its_sub_agent
+from coordinator.chaos.sub_agents import (
+    check_sub_agents,
+    declined_by_its_sub_agent,
+    failed_with_its_task_call,
+)
 from coordinator.chaos.timeline import (
     RESUMED,
     SUSPENDED,
@@ -108,6 +112,8 @@ def _uncaused(record: RunRecord, view: StoreView, turn_id: str, session_id: str,
         return "no deadline was made to fire while it ran"
     if kind == "error" and reason["message"] == REASONLESS:
         return "it was settled without a reason"
+    if kind == "error" and failed_with_its_task_call(view, turn_id):
+        return None  # its task call failed on its own (a tool error there, say): the sub-agent with it
     if kind == "error" and turn_id not in record.failed_turns and "resumed" not in reason["message"]:
         return "no model error or store failure reached it"
     return None

@@ -36,6 +36,18 @@ def declined_by_its_sub_agent(view: StoreView, session_id: str, call_id: str) ->
     return reason is not None and reason.outcome == "declined" and reason.parent is None
 
 
+def failed_with_its_task_call(view: StoreView, turn_id: str) -> bool:
+    """Whether ``turn_id`` is a sub-agent's turn that its task call's own failure left to settle
+    (``settlement.settle_sub_agent_turn``): a tool error at the call's start after a restart, say."""
+    child = view.turns.get(turn_id)
+    if child is None or child.task is None:
+        return False
+    call = view.calls.get((child.task.session_id, child.task.call_id))
+    return (
+        call is not None and call.status == "failed" and call.error is not None and call.error.type == "error"
+    )
+
+
 def check_sub_agents(record: RunRecord, view: StoreView) -> list[Violation]:
     """10: every sub-agent turn settles inside its parent's turn, with its parent's reason or its own."""
     found: list[Violation] = []
