@@ -51,6 +51,11 @@ async def run(
 
     **Raises:** ``Fenced`` if the claim was taken over.
     """
+    if restore is not None and restore.status == "replied":
+        # Replied while no wait was live (the turn suspended, or its owner dead): applied as it is,
+        # never asked again.
+        turn.forget_unopened_wait(call_id)
+        return await _already_replied(turn, restore)
     request, deadline = await _open(turn, call_id=call_id, action=action, resource=resource, restore=restore)
     handle = parent.child("permission_wait", request.id)
     waiter = turn.runtime.waits.expect(request.id)
@@ -108,7 +113,7 @@ async def _open(
 
 
 async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Replied:
-    """A reply that landed while no wait was live (between a restart and this restore)."""
+    """A reply that landed while no wait was live (before this restore, or before this wait opened)."""
     wait = turn.runtime.store.read.permission_wait_row(request.id)
     message = None if wait is None else wait.message
     assert request.decision is not None

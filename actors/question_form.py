@@ -66,9 +66,12 @@ async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> 
     """
     limit = turn.runtime.config.timeouts.limit("question")
     async with turn.write() as tx:
-        restored = tx.pending_form_of_call(turn.session_id, call_id)
-        if restored is not None:
-            tx.emit(events.form_asked(restored, restored=True))
+        restored = tx.latest_form_of_call(turn.session_id, call_id)
+        if restored is not None and restored.status != "revoked":
+            # A restored call: a pending form is shown again; one answered while no wait was live is
+            # returned as it is by the caller (``_already_settled``), never asked again.
+            if restored.status == "pending":
+                tx.emit(events.form_asked(restored, restored=True))
             wait = tx.form_wait_row(restored.id)
             return restored, clock.trio_deadline(None if wait is None else wait.deadline_at)
         form = Form(

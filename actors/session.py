@@ -260,15 +260,16 @@ _RESTART_ERROR = ToolError(
 def _fail_interrupted_work(
     tx: SqliteTx, scope: TurnScope
 ) -> list[tuple[ToolCallRow, PermissionRequest | None]]:
-    """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
-    on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
+    """Fail the steps and tool calls the previous process left running; keep the calls a start can
+    restore (returned): those waiting on a person, or answered while no wait was live. A nested
+    call's pending wait is revoked: its script is gone.
     """
     restorable, interrupted = [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
             continue
-        if call.parent_call_id is None and settlement.waits_on_a_person(tx, scope.session_id, call.call_id):
-            restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
+        if settlement.restorable(tx, call):
+            restorable.append((call, settlement.restored_request(tx, call)))
         else:
             interrupted.append(call)
     # Children before parents, as in a live stop: the calls fail before the steps that made them.

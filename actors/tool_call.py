@@ -96,13 +96,14 @@ async def _permit_and_run(
         raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
-    await _check_permission(turn, handle, call, tool, restore)
-    return await _run_bounded(turn, running, tool, call, context)
+    asked = await _check_permission(turn, handle, call, tool, restore)
+    return await _run_bounded(turn, running, tool, call, context, record_start=asked)
 
 
 async def _check_permission(
     turn: TurnScope, handle: ActorHandle, call: ToolCallRow, tool: Tool, restore: PermissionRequest | None
-) -> None:
+) -> bool:
+    """Raise ``ToolFailure`` unless the call may run; return whether a person was asked."""
     resource = restore.resource if restore is not None else tool.resource(call.input)
     if restore is None:
         configured = turn.runtime.config.permission
@@ -111,7 +112,7 @@ async def _check_permission(
         if verdict.effect == "deny":
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
         if verdict.effect == "allow":
-            return
+            return False
     replied = await permission_wait.run(
         turn,
         handle,
@@ -127,10 +128,17 @@ async def _check_permission(
     if replied.decision == "reject":
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
+    return True
 
 
 async def _run_bounded(
-    turn: TurnScope, running: ActorHandle, tool: Tool, call: ToolCallRow, context: ToolContext
+    turn: TurnScope,
+    running: ActorHandle,
+    tool: Tool,
+    call: ToolCallRow,
+    context: ToolContext,
+    *,
+    record_start: bool,
 ) -> Any:
     """Run the tool under its ``[timeouts]`` deadline; a passed deadline fails the call as timeout."""
     limit = None if tool.deadline_scope is None else turn.runtime.config.timeouts.limit(tool.deadline_scope)
@@ -141,6 +149,11 @@ async def _run_bounded(
     with running.scope:
         try:
             await turn.checkpoint("tool.start")
+            if record_start:
+                # A call that waited on a person is restored by the next start while its tool has not
+                # started (its reply applied then): so the start is committed, fenced, first.
+                async with turn.write() as tx:
+                    tx.mark_tool_started(call.session_id, call.call_id)
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()
