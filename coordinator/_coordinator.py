@@ -51,13 +51,13 @@ class Coordinator:
 
     @property
     def metrics_registry(self) -> CollectorRegistry:
-        """This coordinator's own Prometheus registry (``design/operations.md``): an embedder may
-        register it in the registry its own exposition serves."""
+        """This coordinator's own Prometheus registry, its ``coordinator_*`` series only
+        (``design/operations.md``): an embedder registers it in the registry its exposition serves."""
         return self._runtime.metrics.registry
 
     def metrics_text(self) -> str:
-        """Every series of this coordinator in the Prometheus text format, as ``GET /metrics`` serves
-        it (``coordinator.metrics.CONTENT_TYPE``)."""
+        """This coordinator's series and the process's (``process_*``) in the Prometheus text format,
+        as ``GET /metrics`` serves them (``coordinator.metrics.CONTENT_TYPE``)."""
         return self._runtime.metrics.text()
 
     @property

@@ -42,6 +42,11 @@ COMMIT_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 
 SYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+_PROCESS = ProcessCollector(registry=None)
+"""RSS, CPU seconds and open files of this process: the first things to watch in a daemon up for
+months. One for the process, served beside every coordinator's series."""
+
+
 def _zero() -> int:
     return 0
 
@@ -126,7 +131,12 @@ class Metrics:
         )
         self._live = _LiveGauges()
         self.registry.register(self._live)
-        ProcessCollector(registry=self.registry)  # RSS, CPU and open files: a daemon up for months
+        # What GET /metrics serves: these series, and the process's own. The process collector stays
+        # out of ``registry``: an embedder registers that into a registry of its own (the global one
+        # has a process collector already, and would refuse the same series twice).
+        self._served = CollectorRegistry()
+        self._served.register(_WithoutCreated(self.registry))
+        self._served.register(_PROCESS)
 
     def watch(
         self,
@@ -159,8 +169,8 @@ class Metrics:
         self._sync_seconds.observe(seconds)
 
     def text(self) -> str:
-        """Every series in the Prometheus text format (``CONTENT_TYPE``)."""
-        return generate_latest(_WithoutCreated(self.registry)).decode()
+        """These series and the process's, in the Prometheus text format (``CONTENT_TYPE``)."""
+        return generate_latest(self._served).decode()
 
 
 class _WithoutCreated:

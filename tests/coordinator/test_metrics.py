@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator import Coordinator, open_coordinator
@@ -41,11 +41,14 @@ async def test_two_coordinators_in_one_process_count_apart(tmp_path: Path) -> No
         assert _scraped(busy)["coordinator_turns_total"]["outcome=succeeded"] == 1
         assert _scraped(idle)["coordinator_turns_total"]["outcome=succeeded"] == 0
         assert _scraped(idle)["coordinator_store_commit_seconds_count"][""] > 0  # its own start
-        # An embedder serving its own page of metrics registers the coordinator's registry in it.
-        own = CollectorRegistry()
+        # An embedder serving its own page registers the coordinator's registry in its own, which
+        # (as the global one does) describes its collectors and has the process's series already.
+        own = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=own)
         own.register(busy.metrics_registry)
         embedded = _samples(generate_latest(own).decode())
         assert embedded["coordinator_turns_total"] == _scraped(busy)["coordinator_turns_total"]
+        assert "process_resident_memory_bytes" in _scraped(busy)
 
 
 async def test_a_shutdown_counts_suspended_and_the_restart_counts_the_resumed_turn(
