@@ -15,6 +15,7 @@ reason, and publishes ``session.idle`` (not after a shutdown).
 from __future__ import annotations
 
 import functools
+import time
 
 import attrs
 import structlog
@@ -103,8 +104,11 @@ async def _run_turn(
         with structlog.contextvars.bound_contextvars(turn_id=turn.id):
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
+            # A stop no handle decided (found stored at a takeover, or an actor's crash) is decided now.
+            decided_at = scope.handle.stopped_at or time.perf_counter()
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
-                await _settle(scope, reason)
+                settled = await _settle(scope, reason)
+                runtime.metrics.turn_settled(settled, decided_at)
             if settling.cancelled_caught:
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
     finally:
@@ -283,8 +287,9 @@ def _fail_interrupted_work(
     return restorable
 
 
-async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
-    """The session's own settlement, last of all, in one transaction.
+async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
+    """The session's own settlement, last of all, in one transaction; returns the reason it settled
+    with (None: succeeded).
 
     A stop whose intent was committed wins over what the actors settled with: a decline committed
     while a shutdown was suspending the turn ends the turn declined, never resumed.
@@ -300,7 +305,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
-            return
+            return None
         texts = {
             step_id: text.unrecorded()
             for step_id, text in scope.runtime.step_texts.items()
@@ -315,6 +320,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             assert reason.outcome is not None
             _finish(tx, scope, reason.outcome, reason)
         log.info("turn_stopped", reason=reason.type)
+    return reason
 
 
 def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | None = None) -> None:
