@@ -99,14 +99,20 @@ async def _run_turn(
     runtime.turns[turn.id] = handle.turn = scope
     if handle.shutting_down:
         scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
+    resumed_after = None if takeover is None else takeover.after
     try:
-        with structlog.contextvars.bound_contextvars(turn_id=turn.id):
+        with (
+            structlog.contextvars.bound_contextvars(turn_id=turn.id),
+            runtime.tracing.turn(turn.session_id, turn.id, scope.handle, resumed_after=resumed_after) as span,
+        ):
+            scope.span = span
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
-                await _settle(scope, reason)
+                reason = await _settle(scope, reason)
             if settling.cancelled_caught:
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
+            span.settled(reason)
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
@@ -282,8 +288,9 @@ def _fail_interrupted_work(
     return restorable
 
 
-async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
-    """The session's own settlement, last of all, in one transaction.
+async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
+    """The session's own settlement, last of all, in one transaction. Returns the reason it settled
+    with (None: succeeded).
 
     A stop whose intent was committed wins over what the actors settled with: a decline committed
     while a shutdown was suspending the turn ends the turn declined, never resumed.
@@ -299,7 +306,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
-            return
+            return None
         texts = {
             step_id: text.unrecorded()
             for step_id, text in scope.runtime.step_texts.items()
@@ -314,6 +321,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             assert reason.outcome is not None
             _finish(tx, scope, reason.outcome, reason)
         log.info("turn_stopped", reason=reason.type)
+    return reason
 
 
 def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | None = None) -> None:
