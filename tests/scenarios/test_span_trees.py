@@ -335,3 +335,22 @@ async def test_a_tool_that_fails_on_its_own_is_an_error_span_in_a_turn_that_succ
     assert [s["attributes"]["gen_ai.usage.output_tokens"] for s in (first, second)] == [
         u["output_tokens"] for u in reported
     ]
+
+
+async def test_a_turn_resumed_after_a_crash_is_marked_as_resumed_after_a_crash(
+    tmp_path: Path, traced: Traced
+) -> None:
+    """After a crash the resumed run is a root span with ``resumed_after`` crash and the same turn id."""
+    config = make_config(tmp_path, rules=RULES, timeouts=TimeoutsConfig(tool=0))
+    async with running(config, [SHELL_CALL, DONE]) as (coord, recorder):  # the crashed run: untraced
+        session_id, turn_id = await start(coord, recorder, "permission.asked")
+        await coord.abandon()
+    async with running(config, [DONE], tracer_provider=traced.provider) as (coord, resumed):
+        restored = await resumed.wait_for("permission.asked", 2)
+        await coord.reply_permission(session_id, restored.payload["request"]["id"], "once")
+        await resumed.wait_for("session.idle")
+    [turn] = span_trees(traced.spans())
+    assert turn["attributes"]["coordinator.turn.resumed_after"] == "crash"
+    assert turn["attributes"]["coordinator.turn.id"] == turn_id
+    assert [child["name"] for child in turn["children"]] == ["execute_tool shell", "chat"]
+    assert "coordinator.stop.reason" not in turn["attributes"]
