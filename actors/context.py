@@ -22,6 +22,7 @@ from coordinator.reasons import Failure, StopReason
 from coordinator.store import SqliteStore
 from coordinator.store.sqlite import Transaction
 from coordinator.tools.base import Tool
+from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
 log = structlog.get_logger()
 
@@ -108,6 +109,7 @@ class Runtime:
     step_texts: dict[str, StreamedText] = attrs.Factory(dict)
     injector: Injector | None = None
     metrics: Metrics = attrs.Factory(Metrics)
+    tracing: Tracing = attrs.Factory(Tracing)
     # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then
     # on, checked inside their transaction, so one either lands before the shutdown's stop or not at all.
     closing: bool = False
@@ -126,6 +128,8 @@ class TurnScope:
     epoch: int
     handle: ActorHandle
     resumed_after: str | None = None
+    # The turn's span (``invoke_agent``), where each step adds the tokens its model request used.
+    span: ActorSpan = NO_SPAN
     # The turn's nursery, owned by the session actor, for a step's background helper: the delta
     # flusher of a streaming step (``actors/step_text.py``), which the step cancels as its stream ends.
     background: trio.Nursery | None = None

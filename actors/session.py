@@ -100,17 +100,23 @@ async def _run_turn(
     runtime.turns[turn.id] = handle.turn = scope
     if handle.shutting_down:
         scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
+    resumed_after = None if takeover is None else takeover.after
     try:
-        with structlog.contextvars.bound_contextvars(turn_id=turn.id):
+        with (
+            structlog.contextvars.bound_contextvars(turn_id=turn.id),
+            runtime.tracing.turn(turn.session_id, turn.id, scope.handle, resumed_after=resumed_after) as span,
+        ):
+            scope.span = span
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
             # A stop no handle decided (found stored at a takeover, or an actor's crash) is decided now.
             decided_at = scope.handle.stopped_at or time.perf_counter()
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
-                settled = await _settle(scope, reason)
-                runtime.metrics.turn_settled(settled, decided_at)
+                reason = await _settle(scope, reason)
+                runtime.metrics.turn_settled(reason, decided_at)
             if settling.cancelled_caught:
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
+            span.settled(reason)
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
@@ -288,7 +294,7 @@ def _fail_interrupted_work(
 
 
 async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
-    """The session's own settlement, last of all, in one transaction; returns the reason it settled
+    """The session's own settlement, last of all, in one transaction. Returns the reason it settled
     with (None: succeeded).
 
     A stop whose intent was committed wins over what the actors settled with: a decline committed

@@ -52,7 +52,11 @@ async def run(
     # that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
     context = tool_services.build_context(turn, running, call)
-    with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
+    with (
+        turn.runtime.tracing.tool_call(call, handle) as span,
+        handle.scope,
+        turn.failing_on_error(f"tool call {call.call_id}"),
+    ):
         task_status.started(handle)
         try:
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
@@ -61,17 +65,17 @@ async def run(
                 output = await _permit_and_run(turn, handle, running, call, context, restore)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
+            stopped_for = handle.effective_reason()
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
             # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_failed(
-                    turn,
-                    call,
-                    error,
-                    _partial(context, failure.partial),
-                    stopped_for=handle.effective_reason(),
+                    turn, call, error, _partial(context, failure.partial), stopped_for=stopped_for
                 )
             turn.forget_unopened_wait(call.call_id)
+            # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
+            # stop's, on the span as in the wait and step spans around it.
+            span.failed(error.type, error.message, stopped_for=stopped_for)
             return CallResult(call_id=call.call_id, status="failed", error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
@@ -79,6 +83,7 @@ async def run(
             raise
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output)
+        span.succeeded()
         return CallResult(call_id=call.call_id, status="succeeded", output=output)
     raise AssertionError("a tool call's own scope is never stopped alone")
 

@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -25,6 +25,10 @@ from coordinator.registry import Registry
 from coordinator.store import SqliteStore, open_store
 from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.registry import build_tools
+from coordinator.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = structlog.get_logger()
 
@@ -248,6 +252,7 @@ async def open_coordinator(
     synchronous: str = "full",
     workdir: str | Path | None = None,
     injector: Injector | None = None,
+    tracer_provider: TracerProvider | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Coordinator]:
     """Open the coordinator on its database, resume what a previous process left, and yield it.
@@ -262,6 +267,8 @@ async def open_coordinator(
         synchronous: SQLite durability, ``full`` (default) or ``normal`` (see design/store.md).
         workdir: where tools run; the config file's folder by default.
         injector: the chaos campaign's fault injector (``coordinator/checkpoints.py``); None in production.
+        tracer_provider: an OpenTelemetry ``TracerProvider`` for the actors' spans (``otel`` extra);
+            by default the global one if set, else no tracing (``design/tracing.md``).
         **overrides: other ``[server]`` keys.
 
     **Raises:** ``ConfigError`` for a bad config; ``StoreError`` when the database cannot be opened.
@@ -287,6 +294,7 @@ async def open_coordinator(
                     workdir=Path(workdir) if workdir is not None else resolved.base_dir,
                     injector=injector,
                     metrics=metrics,
+                    tracing=Tracing.configure(tracer_provider),
                 )
                 coordinator = await _start(runtime, instance, root)
                 try:
