@@ -15,6 +15,7 @@ reason, and publishes ``session.idle`` (not after a shutdown).
 from __future__ import annotations
 
 import functools
+import time
 
 import attrs
 import structlog
@@ -114,14 +115,23 @@ async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: 
     **Cancellation:** stop it through ``scope.handle``; the settlement is shielded and bounded.
     """
     runtime.turns[turn.id] = scope
+    resumed_after = None if takeover is None else takeover.after
     try:
-        with structlog.contextvars.bound_contextvars(turn_id=turn.id, session_id=turn.session_id):
+        with (
+            structlog.contextvars.bound_contextvars(turn_id=turn.id, session_id=turn.session_id),
+            runtime.tracing.turn(turn.session_id, turn.id, scope.handle, resumed_after=resumed_after) as span,
+        ):
+            scope.span = span
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
+            # A stop no handle decided (found stored at a takeover, or an actor's crash) is decided now.
+            decided_at = scope.handle.stopped_at or time.perf_counter()
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
-                await _settle(scope, reason)
+                reason = await _settle(scope, reason)
+                runtime.metrics.turn_settled(reason, decided_at)
             if settling.cancelled_caught:
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
+            span.settled(reason)
     finally:
         runtime.turns.pop(turn.id, None)
         _forget_texts(runtime, turn.id)
@@ -278,17 +288,17 @@ _RESTART_ERROR = ToolError(
 def _fail_interrupted_work(
     tx: SqliteTx, scope: TurnScope
 ) -> tuple[list[tuple[ToolCallRow, PermissionRequest | None]], list[ToolCallRow]]:
-    """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
-    on a person (returned first, to be restored) and task calls that started a sub-agent's turn
-    (returned second: each resumes its turn). A nested call's pending wait is revoked: its script is
-    gone.
+    """Fail the steps and tool calls the previous process left running; keep the calls a start can
+    restore (returned first): those waiting on a person, or answered while no wait was live; and task
+    calls that started a sub-agent's turn (returned second: each resumes its turn inside it). A nested
+    call's pending wait is revoked: its script is gone.
     """
     restorable, sub_agents, interrupted = [], [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
             continue
-        if call.parent_call_id is None and settlement.waits_on_a_person(tx, scope.session_id, call.call_id):
-            restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
+        if settlement.restorable(tx, call):
+            restorable.append((call, settlement.restored_request(tx, call)))
         elif call.parent_call_id is None and settlement.runs_a_sub_agent(tx, call):
             sub_agents.append(call)
         else:
@@ -304,8 +314,9 @@ def _fail_interrupted_work(
     return restorable, sub_agents
 
 
-async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
-    """The session's own settlement, last of all, in one transaction.
+async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
+    """The session's own settlement, last of all, in one transaction. Returns the reason it settled
+    with (None: succeeded).
 
     A stop whose intent was committed wins over what the actors settled with: a decline committed
     while a shutdown was suspending the turn ends the turn declined, never resumed.
@@ -321,7 +332,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
-            return
+            return None
         texts = {
             step_id: text.unrecorded()
             for step_id, text in scope.runtime.step_texts.items()
@@ -330,6 +341,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
         settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
         settlement.end_turn(tx, scope.session_id, scope.turn_id, reason)
         log.info("turn_stopped", reason=reason.type)
+    return reason
 
 
 def _finish(tx: SqliteTx, scope: TurnScope, outcome: str) -> None:

@@ -163,6 +163,8 @@ class Bus:
         # Weak: a subscription dropped without aclose() takes its buffer with it.
         self._live: weakref.WeakSet[_Live] = weakref.WeakSet()
         self._live_buffer = live_buffer
+        # Every subscription not yet ended, replaying or attached (``_live`` holds only the attached).
+        self._open: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self.lagged = 0
         self.closed = False
         self._highest = reader.last_seq()
@@ -257,6 +259,11 @@ class Bus:
         log.warning("subscriber_lagged", session_id=live.session_id)
 
     @property
+    def subscribers(self) -> int:
+        """Subscriptions open now: neither closed by ``aclose()``, ended, nor dropped."""
+        return len(self._open)
+
+    @property
     def published_seq(self) -> int:
         """The seq of the last event published (every event up to it is durable)."""
         return self._highest
@@ -303,7 +310,9 @@ class Bus:
         and ends when the bus closes. With ``deltas`` the live part also carries live-only events
         (``session.text.delta``, seq None), each attach starting with the catch-up.
         """
-        return Subscription(self, after, SessionSet(session_id, descendants), deltas)
+        subscription = Subscription(self, after, SessionSet(session_id, descendants), deltas)
+        self._open.add(subscription)
+        return subscription
 
 
 class Subscription:
@@ -336,6 +345,7 @@ class Subscription:
                 self._delivered(event)
                 return event
             if self._live is None:
+                self._bus._open.discard(self)
                 raise StopAsyncIteration
             live = self._live
             live.wakeup = trio.Event()
@@ -401,4 +411,5 @@ class Subscription:
     async def aclose(self) -> None:
         """Stop receiving live events."""
         self._detach()
+        self._bus._open.discard(self)
         await trio.lowlevel.checkpoint()
