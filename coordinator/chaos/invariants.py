@@ -132,9 +132,12 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
             claim = phase.view.claims.get(session_id)
             state = "released" if claim is None else claim.state
             expected = "released"
+            left = _left_for_its_parent(
+                record, phase.view, session_id, None if claim is None else claim.owner
+            )
             if statuses & {"running", "stopping"}:
                 expected = "held"
-                if phase.end not in ("crash", "failed") and not phase.store_failed:
+                if phase.end not in ("crash", "failed") and not phase.store_failed and not left:
                     found.append(
                         Violation(2, f"phase {phase.number} ended {phase.end} with {session_id} running")
                     )
@@ -163,7 +166,7 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
 def _left_for_its_parent(record: RunRecord, view: StoreView, session_id: str, owner: str | None) -> bool:
     """A sub-agent's turn left by a dead coordinator is taken over only inside its parent's resumed
     task call: a phase that ended before that call ran leaves it held by its earlier owner."""
-    earlier = {p.instance_id for p in record.phases}
+    earlier = {p.instance_id for p in record.phases if p.end in ("crash", "failed")}
     return owner in earlier and any(
         row.task is not None and row.session_id == session_id for row in view.turns.values()
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.chaos.record import RunRecord, StoreView, Violation
+from coordinator.chaos.record import PhaseRecord, RunRecord, StoreView, Violation
 from coordinator.chaos.timeline import RESUMED, SUSPENDED, TERMINALS, by_turn, phase_of
 from coordinator.events import Event
 from coordinator.store.rows import TurnRow
@@ -84,7 +84,7 @@ def _inside(
         # The child's last start or end before it (a crash ends nothing: the resume that follows it
         # is a start, and the child must have ended again since).
         before = [e for e in mine if e.type in (*STARTS, *ENDS) and e.stored_seq < seq]
-        if before and before[-1].type in STARTS:
+        if before and before[-1].type in STARTS and not _left_by_a_crash(record, before[-1], phase):
             found.append(
                 Violation(
                     10,
@@ -102,6 +102,15 @@ def _inside(
                 )
             )
     return found
+
+
+def _left_by_a_crash(record: RunRecord, start: Event, phase: PhaseRecord | None) -> bool:
+    """The child's last start was in an earlier phase that crashed: the child is not running, only left
+    by a dead coordinator, and its parent's resumed call takes it over (or a later restart does)."""
+    started = phase_of(record, start.stored_seq)
+    if started is None or phase is None or started.number >= phase.number:
+        return False
+    return any(p.end in ("crash", "failed") for p in record.phases[started.number : phase.number])
 
 
 def _reason(child: TurnRow, parent_id: str, mine: list[Event], theirs: list[Event]) -> list[Violation]:
