@@ -103,7 +103,7 @@ async def reply_permission(
         assert replied is not None
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
-        if decision == "reject" and not message:
+        if decision == "reject" and not message and _may_stop(runtime, turn_id):
             candidate = Declined(via="permission", call_id=request.call_id)
             stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
     runtime.waits.resolve(request_id, _replied(decision, message))
@@ -112,6 +112,16 @@ async def reply_permission(
     if stop is not None:
         _stop_turn_of(runtime, turn_id, stop)
     return replied
+
+
+def _may_stop(runtime: Runtime, turn_id: str) -> bool:
+    """Whether a decline may still decide the turn's stop: not when the live turn already stops for a
+    final reason that records no intent (an internal error). The first reason wins, and the intent
+    must say the reason the turn will end with (chaos, seed 0 run 4485). A shutdown's suspension is no
+    final reason: a decline committed during it ends the turn declined."""
+    live = runtime.turns.get(turn_id)
+    reason = None if live is None else live.handle.reason
+    return reason is None or reason.resumable
 
 
 def _replied(decision: str, message: str | None) -> Any:
@@ -187,7 +197,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
         tx.emit(events.form_cancelled(cancelled))
-        if not message:
+        if not message and _may_stop(runtime, turn_id):
             candidate = Declined(via="question", call_id=form.call_id)
             stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
     runtime.waits.resolve(form_id, cancelled)

@@ -252,13 +252,17 @@ class Driver:
             self.record.violate(4, f"a decline of {wait_id}, settled before, was accepted: {settled}")
         if message is None:
             self.record.declined_calls.add((session_id, settled.call_id))
-            self._check_declined(kind, wait_id)
+            self._check_declined(kind, wait_id, park)
 
-    def _check_declined(self, kind: str, wait_id: str) -> None:
-        """A decline without a message, accepted, has stopped its turn (durably), or found it stopping."""
+    def _check_declined(self, kind: str, wait_id: str, park: Park) -> None:
+        """A decline without a message, accepted, has stopped its turn (durably), or found it stopping
+        (durably, or in memory for a final reason that records no intent: an internal error)."""
         read = self.coord.store.read
         wait = read.permission_wait_row(wait_id) if kind == "permission" else read.form_wait_row(wait_id)
         row = None if wait is None else read.get_turn(wait.turn_id)
+        reason = park.turn.handle.reason if row is not None and park.turn.turn_id == row.id else None
+        if reason is not None and not reason.resumable:
+            return
         if row is None or row.status not in ("stopping", "settled"):
             status = None if row is None else row.status
             message = f"the decline of {wait_id} was accepted, but its turn is {status}: nothing will stop it"

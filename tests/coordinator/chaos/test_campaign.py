@@ -160,6 +160,11 @@ FOUND = {
         1683,
         "9:form.wait:interrupt,11:permission.wait:store_failure/error",
     ),
+    "F19 a decline committed as its intent after an internal error had stopped the turn": (
+        0,
+        4485,
+        "7:form.wait:decline/stop,8:permission.wait:store_failure/busy",
+    ),
 }
 
 
