@@ -12,7 +12,7 @@ import structlog
 import trio
 
 from actors.context import Runtime
-from coordinator import claims, decisions, errors
+from coordinator import claims, decisions, errors, retention
 from coordinator.bus import Bus, Subscription
 from coordinator.checkpoints import Injector
 from coordinator.config import Config, config_from
@@ -117,6 +117,21 @@ class Coordinator:
         await self._durable()
         return turn_id
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session whose turns are all settled: its history, tool calls, permission requests,
+        forms, rules and events, in one transaction. Its events leave every replay (and every live
+        buffer of this process); no seq is ever given again.
+
+        Returns once the delete is durable. A prompt racing the delete either lands first (then the
+        delete answers ``SessionBusy``) or finds no session.
+
+        **Raises:** ``SessionNotFound``; ``SessionBusy`` while a turn is queued, running or suspended
+        (nothing is changed: interrupt it, or wait for it to settle).
+        """
+        await decisions.delete_session(self._runtime, session_id)
+        await self._durable()  # also: every event of the session committed before is handed over
+        self._runtime.bus.forget_session(session_id)
+
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
 
@@ -170,6 +185,18 @@ class Coordinator:
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
         await self._durable()
         return form
+
+    async def prune_events(self) -> int:
+        """Run one retention pass now (``[store] keep_events_days``; the background task runs one every
+        so often anyway): delete the events of settled turns older than that; returns how many.
+
+        Returns 0 at once when ``keep_events_days`` is 0 (keep all).
+
+        **Cancellation:** between its small transactions; what was deleted stays deleted.
+
+        **Raises:** ``StoreError``.
+        """
+        return await retention.prune(self._runtime.store, self._runtime.config.store.keep_events_days)
 
     def subscribe(
         self, *, after: int = 0, session_id: str | None = None, deltas: bool = False
@@ -310,5 +337,8 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     liveness = claims.Liveness(me=instance, lease=lease)
     recovered = registry.recover(liveness)
     root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
+    keep_days = runtime.config.store.keep_events_days
+    if keep_days > 0:
+        root.start_soon(retention.serve_retention, runtime.store, keep_days, name="retention")
     log.info("coordinator_started", instance_id=instance.id, recovered=len(recovered), at=time.time())
     return Coordinator(runtime, registry)

@@ -64,6 +64,14 @@ class TimeoutsConfig:
 
 
 @attrs.frozen(kw_only=True)
+class StoreConfig:
+    """``[store]``: how long the store keeps what it no longer needs."""
+
+    keep_events_days: float = 0
+    """Events of settled turns older than this many days are deleted in the background; 0 keeps all."""
+
+
+@attrs.frozen(kw_only=True)
 class PluginConfig:
     """``[[plugin]]``: a user tool, ``module:attribute``."""
 
@@ -77,6 +85,7 @@ class Config:
     server: ServerConfig = ServerConfig()
     model: ModelConfig = ModelConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    store: StoreConfig = StoreConfig()
     permission: tuple[Rule, ...] = ()
     plugin: tuple[PluginConfig, ...] = ()
     base_dir: Path = attrs.field(factory=Path.cwd)
@@ -100,9 +109,14 @@ class Config:
 # A plugin entry is ``module:attribute``; both sides may be dotted (``pkg.tools:Group.run``).
 ENTRY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
-_TABLES: dict[str, type[Any]] = {"server": ServerConfig, "model": ModelConfig, "timeouts": TimeoutsConfig}
+_TABLES: dict[str, type[Any]] = {
+    "server": ServerConfig,
+    "model": ModelConfig,
+    "timeouts": TimeoutsConfig,
+    "store": StoreConfig,
+}
 _ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig}
-_SECTION_NAMES = "[server], [model], [timeouts], [[permission]], [[plugin]]"
+_SECTION_NAMES = "[server], [model], [timeouts], [store], [[permission]], [[plugin]]"
 _TOKEN_ENV = "COORDINATOR_TOKEN"
 
 
@@ -121,6 +135,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
     (ServerConfig, "max_resumes"): _NON_NEGATIVE,
     (ServerConfig, "shutdown_grace"): _NON_NEGATIVE,
     **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
+    (StoreConfig, "keep_events_days"): _NON_NEGATIVE,
 }
 
 
@@ -215,7 +230,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         if key not in _TABLES and key not in _ARRAYS:
             shown = f"[{key}]" if isinstance(value, dict) else key
             raise ConfigError(f"unknown section (expected one of {_SECTION_NAMES})", f"{label}: {shown}")
-    server, model, timeouts = (
+    server, model, timeouts, store = (
         _build(table.get(name, {}), cls, f"{label}: [{name}]") for name, cls in _TABLES.items()
     )
     permission = tuple(_build_array(table, "permission", label))
@@ -228,6 +243,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         server=server,
         model=model,
         timeouts=timeouts,
+        store=store,
         permission=permission,
         plugin=plugin,
         base_dir=base_dir,

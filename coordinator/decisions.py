@@ -53,8 +53,39 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
     text = _text(text, "text", empty_ok=False)
     turn_id = new_id("turn")
     async with runtime.store.transaction() as tx:
+        # Checked in the transaction: a delete committed since the caller looked wins, and a delete
+        # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
+        _existing(tx, session_id)
         tx.insert_turn(turn_id, session_id, text, now_rfc3339())
     return turn_id
+
+
+async def delete_session(runtime: Runtime, session_id: str) -> int:
+    """Delete a session whose turns are all settled, with everything it owns; returns how many
+    events went. One transaction: it happens whole or not at all.
+
+    **Raises:** ``SessionNotFound``; ``SessionBusy`` (nothing changed) while a turn is queued,
+    running, stopping or suspended, or the claim is still held.
+    """
+    async with runtime.store.transaction() as tx:
+        _existing(tx, session_id)
+        statuses = tx.unsettled_turn_statuses(session_id)
+        claim = tx.get_claim(session_id)
+        if statuses or (claim is not None and claim.state != "released"):
+            raise errors.SessionBusy(
+                message=f"session {session_id!r} has a turn that is not settled "
+                f"({', '.join(statuses) or 'its claim is held'}); interrupt it first",
+                session_id=session_id,
+                turns=statuses,
+            )
+        deleted = tx.delete_session(session_id)
+    log.info("session_deleted", session_id=session_id, events=deleted)
+    return deleted
+
+
+def _existing(tx: SqliteTx, session_id: str) -> None:
+    if tx.get_session(session_id) is None:
+        raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
 
 
 async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:

@@ -165,6 +165,11 @@ async def get_session(request: Request) -> Response:
     return _json(await _coordinator(request).get_session(request.path_params["sid"]))
 
 
+async def delete_session(request: Request) -> Response:
+    await _coordinator(request).delete_session(request.path_params["sid"])
+    return Response(status_code=204)
+
+
 async def prompt(request: Request) -> Response:
     body = await read_body(request, PromptBody)
     turn_id = await _coordinator(request).prompt(request.path_params["sid"], body.text)
@@ -307,6 +312,9 @@ OPERATIONS: tuple[Operation, ...] = (
               errors=_SESSION),
     Operation(method="GET", path="/api/session/{sid}", name="get_session", summary="One session",
               endpoint=get_session, response=Session, errors=_SESSION),
+    Operation(method="DELETE", path="/api/session/{sid}", name="delete_session",
+              summary="Delete a settled session with its history, requests, forms and events",
+              endpoint=delete_session, status=204, errors=(*_SESSION, errors.SessionBusy)),
     Operation(method="POST", path="/api/session/{sid}/prompt", name="prompt",
               summary="Queue a turn; it runs after any running turn", endpoint=prompt, status=202,
               body=PromptBody, response=PromptAccepted, errors=_SESSION + _CLOSED),

@@ -654,9 +654,34 @@ class Queries:
         return [r[0] for r in rows]
 
     def last_seq(self) -> int:
-        row = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")
+        """The highest seq ever given, even if its event was deleted since (a deleted session's,
+        or one retention pruned): ``sqlite_sequence`` keeps it for the ``AUTOINCREMENT`` column."""
+        row = self._one(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+            "COALESCE((SELECT MAX(seq) FROM events), 0))"
+        )
         assert row is not None
         return int(row[0])
+
+    def event_horizon(self) -> int:
+        """The highest seq retention deleted (0 when it deleted none): a replay from below it has lost
+        events and starts with ``stream.truncated``."""
+        row = self._one("SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'event_horizon'")
+        return 0 if row is None else int(row[0])
+
+    def oldest_seq_after(self, after: int) -> int:
+        """The seq of the oldest kept event after ``after`` (of any session); the next seq to be given
+        when there is none."""
+        row = self._one("SELECT MIN(seq) FROM events WHERE seq > ?", (after,))
+        return self.last_seq() + 1 if row is None or row[0] is None else int(row[0])
+
+    def unsettled_turn_statuses(self, session_id: str) -> list[str]:
+        """The statuses of the session's turns that are queued, running, stopping or suspended."""
+        rows = self._all(
+            "SELECT status FROM turns WHERE session_id = ? AND status != 'settled' ORDER BY ord",
+            (session_id,),
+        )
+        return [r[0] for r in rows]
 
 
 def _tool_part(call: ToolCallRow) -> ToolPart:

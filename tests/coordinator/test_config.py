@@ -99,6 +99,16 @@ def test_permission_rule_defaults_action_and_resource_to_any(tmp_path: Path) -> 
     assert config.permission == (Rule(action="*", resource="*", effect="deny"),)
 
 
+def test_keep_events_days_defaults_to_keeping_everything_and_takes_fractions(tmp_path: Path) -> None:
+    """Retention is off unless asked for; a fraction of a day is a valid window (tests, soaks)."""
+    assert load_config(write_config(tmp_path, "")).store.keep_events_days == 0
+    config = load_config(write_config(tmp_path, "[store]\nkeep_events_days = 0.5\n"))
+    assert config.store.keep_events_days == 0.5
+    assert (
+        load_config(write_config(tmp_path, "[store]\nkeep_events_days = 30\n")).store.keep_events_days == 30.0
+    )
+
+
 def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
     """Seconds may be written as whole numbers or with a fraction."""
     config = load_config(write_config(tmp_path, "[timeouts]\nstep = 2\ntool = 0.5\n"))
@@ -144,6 +154,18 @@ def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
             "coordinator.toml: [timeouts].turn: expected a number 0 or more, got false",
         ),
         (
+            "[store]\nkeep_events_days = -1\n",
+            "coordinator.toml: [store].keep_events_days: expected a number 0 or more, got -1",
+        ),
+        (
+            '[store]\nkeep_events_days = "30"\n',
+            'coordinator.toml: [store].keep_events_days: expected a number 0 or more, got "30"',
+        ),
+        (
+            "[store]\nkeep = 30\n",
+            "coordinator.toml: [store].keep: unknown key (expected one of keep_events_days)",
+        ),
+        (
             '[model]\nprovider = "gpt"\n',
             'coordinator.toml: [model].provider: expected one of openai, scripted, got "gpt"',
         ),
@@ -184,12 +206,12 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[logging]\nlevel = 1\n",
             "coordinator.toml: [logging]: unknown section (expected one of [server], [model], [timeouts], "
-            "[[permission]], [[plugin]])",
+            "[store], [[permission]], [[plugin]])",
         ),
         (
             "verbose = true\n",
             "coordinator.toml: verbose: unknown section (expected one of [server], [model], "
-            "[timeouts], [[permission]], [[plugin]])",
+            "[timeouts], [store], [[permission]], [[plugin]])",
         ),
         ("[[server]]\nport = 1\n", "coordinator.toml: [server]: expected a table, got an array"),
         (

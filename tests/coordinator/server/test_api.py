@@ -381,6 +381,7 @@ CONTRACT_ROUTES = {
     ("post", "/api/session"),
     ("get", "/api/session"),
     ("get", "/api/session/{sid}"),
+    ("delete", "/api/session/{sid}"),
     ("post", "/api/session/{sid}/prompt"),
     ("post", "/api/session/{sid}/interrupt"),
     ("get", "/api/session/{sid}/message"),

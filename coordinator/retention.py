@@ -1,0 +1,99 @@
+"""Retention (``[store] keep_events_days``): old events of settled turns are deleted in the background.
+
+A task of the coordinator's root nursery runs a pass at start, then again every ``pass_interval``. A
+pass walks the log in seq order from its start, in batches of ``BATCH_EVENTS`` rows, each batch its own
+short transaction on the trio thread, with a pause between two batches: a turn's commit waits at most
+for one batch (about a millisecond), never for the pass. Events of a turn that has begun and is not
+settled are kept (``Deletions.prune_events``); the pass ends at the first event young enough to keep.
+After a pass that deleted something, the freed pages go back to the file system in small steps of
+``VACUUM_PAGES`` in the store's sync thread (``SqliteStore.reclaim_space``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+import trio
+
+from coordinator.errors import StoreError
+from coordinator.store import SqliteStore
+
+log = structlog.get_logger()
+
+BATCH_EVENTS = 300
+"""Rows one batch reads (and at most deletes): one short transaction."""
+
+PAUSE_SECONDS = 0.002
+"""Between two batches (and two vacuum steps): the turns' commits run in between."""
+
+MAX_INTERVAL_SECONDS = 60.0
+"""At most this long between two passes."""
+
+VACUUM_PAGES = 256
+"""Pages (4 KiB each) one step of ``PRAGMA incremental_vacuum`` gives back: 1 MiB, a few ms."""
+
+DAY_SECONDS = 86400.0
+
+
+def pass_interval(keep_days: float) -> float:
+    """Seconds between two passes: twice per retention window, at most ``MAX_INTERVAL_SECONDS`` apart."""
+    return min(MAX_INTERVAL_SECONDS, keep_days * DAY_SECONDS / 2)
+
+
+def cutoff_of(keep_days: float, now: float) -> str:
+    """The RFC 3339 time (as the store writes ``events.at``) before which events are old."""
+    moment = now - keep_days * DAY_SECONDS
+    second = int(moment)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{int((moment - second) * 1000):03d}Z"
+
+
+async def serve_retention(store: SqliteStore, keep_days: float) -> None:
+    """For ever: a pass now, then one every ``pass_interval(keep_days)``.
+
+    A pass that fails (a busy or full disk) is logged and tried again at the next interval.
+    """
+    while True:
+        try:
+            await prune(store, keep_days)
+        except StoreError as exc:
+            log.warning("retention_pass_failed", error=str(exc))
+        await trio.sleep(pass_interval(keep_days))
+
+
+async def prune(store: SqliteStore, keep_days: float) -> int:
+    """One pass: delete the events of settled turns older than ``keep_days``, then give the freed space
+    back. Returns how many events were deleted (0 at once when ``keep_days`` is 0: keep all).
+
+    **Cancellation:** between batches; each batch is atomic, so a cancelled pass leaves whole
+    batches deleted and the horizon naming the highest seq deleted.
+
+    **Raises:** ``StoreError`` when a batch cannot commit.
+    """
+    if keep_days <= 0:
+        return 0
+    cutoff = cutoff_of(keep_days, time.time())
+    deleted, after, started = 0, 0, time.monotonic()
+    while True:
+        async with store.transaction() as tx:
+            batch = tx.prune_events(cutoff, after, BATCH_EVENTS)
+        deleted += batch.deleted
+        after = batch.scanned_to
+        if batch.finished:
+            break
+        await trio.sleep(PAUSE_SECONDS)
+    if deleted:
+        left = await reclaim(store)
+        seconds = round(time.monotonic() - started, 3)
+        log.info("events_pruned", events=deleted, free_pages_left=left, seconds=seconds)
+    return deleted
+
+
+async def reclaim(store: SqliteStore) -> int:
+    """Give the database's free pages back to the file system, ``VACUUM_PAGES`` at a time; returns the
+    free pages left (0 when all went back; -1 when another writer held the lock: the next pass goes on)."""
+    while True:
+        left = await store.reclaim_space(VACUUM_PAGES)
+        if left <= 0:
+            return left
+        await trio.sleep(PAUSE_SECONDS)
