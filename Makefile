@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run demo test unit lint fmt chaos bench model clean
+.PHONY: setup run demo test unit lint fmt chaos bench soak model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/coordinator bench
+
+# Sessions created, prompted and deleted in a loop with retention on, printing RSS and the database's
+# size each minute (bench/soak.py; not in CI). SOAK_MINUTES=30 by default.
+SOAK_MINUTES ?= 30
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 # The claim protocol's Spin model, checked exhaustively (design/model/README.md): the model verifies
 # clean, and each deliberately broken variant and each behaviour of the code before its fix yields a
