@@ -5,8 +5,9 @@ pass walks the log in seq order from its start, in batches of ``BATCH_EVENTS`` r
 short transaction on the trio thread, with a pause between two batches: a turn's commit waits at most
 for one batch (about a millisecond), never for the pass. Events of a turn that has begun and is not
 settled are kept (``Deletions.prune_events``); the pass ends at the first event young enough to keep.
-After a pass that deleted something, the freed pages go back to the file system in small steps of
-``VACUUM_PAGES`` in the store's sync thread (``SqliteStore.reclaim_space``).
+After a pass that deleted something, freed pages beyond a slack of ``SLACK`` of the file go back to the
+file system in small steps of ``VACUUM_PAGES`` in the store's sync thread
+(``SqliteStore.reclaim_space``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ MAX_INTERVAL_SECONDS = 60.0
 
 VACUUM_PAGES = 256
 """Pages (4 KiB each) one step of ``PRAGMA incremental_vacuum`` gives back: 1 MiB, a few ms."""
+
+SLACK = 0.1
+"""The share of the file left free for new rows to reuse (see ``reclaim``)."""
+
+MIN_SLACK_PAGES = 1024
+"""Free pages (4 MiB) never worth giving back."""
 
 DAY_SECONDS = 86400.0
 
@@ -90,10 +97,19 @@ async def prune(store: SqliteStore, keep_days: float) -> int:
 
 
 async def reclaim(store: SqliteStore) -> int:
-    """Give the database's free pages back to the file system, ``VACUUM_PAGES`` at a time; returns the
-    free pages left (0 when all went back; -1 when another writer held the lock: the next pass goes on)."""
+    """Give free pages back to the file system, ``VACUUM_PAGES`` at a time, until no more than
+    ``SLACK`` of the file is free; returns the free pages left (-1: another writer held the lock,
+    the next pass goes on).
+
+    The slack stays because SQLite reuses free pages for new rows anyway: moving pages to the end of
+    the file only to have new rows extend it again would be writes for nothing. What goes back is
+    what a large prune freed beyond the working set.
+    """
     while True:
+        free, total = store.read.page_counts()
+        if free <= max(MIN_SLACK_PAGES, int(total * SLACK)):
+            return free
         left = await store.reclaim_space(VACUUM_PAGES)
-        if left <= 0:
+        if left < 0:
             return left
         await trio.sleep(PAUSE_SECONDS)

@@ -663,6 +663,13 @@ class Queries:
         assert row is not None
         return int(row[0])
 
+    def page_counts(self) -> tuple[int, int]:
+        """The database's free pages and all its pages."""
+        free = self._one("PRAGMA freelist_count")
+        total = self._one("PRAGMA page_count")
+        assert free is not None and total is not None
+        return int(free[0]), int(total[0])
+
     def event_horizon(self) -> int:
         """The highest seq retention deleted (0 when it deleted none): a replay from below it has lost
         events and starts with ``stream.truncated``."""
