@@ -363,6 +363,10 @@ class Subscription:
             if self._page_deletions != bus.deletions:
                 self._page.clear()  # it may hold events of a session deleted since it was read
                 self._page_deletions = bus.deletions
+                if self._session_id is not None and bus._reader.get_session(self._session_id) is None:
+                    self._detach()
+                    self._ended = True  # its session was deleted
+                    return None
             if self._page:
                 return self._page.popleft()
             live = self._live
