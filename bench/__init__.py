@@ -20,7 +20,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
-GROUPS = ("turns", "baseline", "stops", "scale", "http", "streaming")
+GROUPS = ("turns", "baseline", "stops", "scale", "http", "streaming", "retention")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +85,7 @@ def _options(args: argparse.Namespace | Sequence[str] | None) -> argparse.Namesp
 async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, float]:
     # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
     # own module imported already: the workloads are imported here, not at the top.
-    from bench import baseline, http_api, scale, stops, streaming, turns
+    from bench import baseline, http_api, retention, scale, stops, streaming, turns
 
     figures: dict[str, float] = {}
     for group in groups:
@@ -104,5 +104,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, fl
             figures.update(await http_api.measure_http(workdir, sizes))
         elif group == "streaming":
             figures.update(await streaming.measure_streaming(workdir, sizes))
+        elif group == "retention":
+            figures.update(await retention.measure_retention(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

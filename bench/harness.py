@@ -48,6 +48,8 @@ class Sizes:
     checkpoint_calls: int  # calls timed for the cost of one checkpoint
     stream_sessions: int  # sessions streaming at once for the delta fan-out
     stream_turns: int  # sequential turns timed for the CPU cost of streaming in chunks
+    prune_events: int  # old events a retention pass deletes while turns run
+    prune_turns: int  # sequential turns timed alone, beside those timed during the pass
 
     @classmethod
     def full(cls) -> Sizes:
@@ -68,6 +70,8 @@ class Sizes:
             checkpoint_calls=200_000,
             stream_sessions=100,
             stream_turns=100,
+            prune_events=100_000,
+            prune_turns=300,
         )
 
     @classmethod
@@ -89,6 +93,8 @@ class Sizes:
             checkpoint_calls=1000,
             stream_sessions=4,
             stream_turns=5,
+            prune_events=2000,
+            prune_turns=5,
         )
 
 

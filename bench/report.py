@@ -64,6 +64,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="delta_fanout_scripted_per_s", workload="the same, scripted model, a chunk every 2 ms", unit="deltas/s"),
     Figure(key="streaming_cpu_overhead_pct", workload="a turn's CPU, 200 chunks vs one, model's cost out", unit="%", target=10, higher_is_better=False),
     Figure(key="streaming_cpu_overhead_raw_pct", workload="the same, the scripted model's own cost in", unit="%", higher_is_better=False),
+    Figure(key="turn_ms_p50_alone", workload="sequential turns beside 100,000 old events (FULL), median", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p99_alone", workload="the same, p99", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p50_pruning", workload="the same while retention prunes them, median", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p99_pruning", workload="the same while retention prunes them, p99", unit="ms", higher_is_better=False),
+    Figure(key="prune_s", workload="the pass: 100,000 events deleted, pages given back", unit="s", higher_is_better=False),
+    Figure(key="prune_events_per_s", workload="the pass's rate, turns running meanwhile", unit="events/s"),
 )  # fmt: skip
 
 HEADLINE_KEYS = tuple(figure.key for figure in FIGURES)
