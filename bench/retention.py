@@ -1,7 +1,8 @@
 """What retention costs a turn: latencies while a pass prunes ``sizes.prune_events`` old events, vs alone.
 
 The store holds that many events written long ago (of sessions that no longer run: every turn of
-them settled) besides the benchmark's own. First, ``sizes.prune_turns`` sequential turns run alone;
+them settled) besides the benchmark's own. First, ``sizes.prune_turns`` sequential turns run alone (a
+new session every ``turns_per_session``, as in ``bench/turns.py``, so that no history grows long);
 then a pass with a window of a day is started (``retention.prune``, what the background task runs:
 its batches, then giving the freed pages back) and turns run one after another until it ends. The figures are each run's median and
 99th percentile, the pass's length and its rate. SQLite ``synchronous=FULL``, as the headline turns.
@@ -40,7 +41,7 @@ async def _write_old_events(coordinator: Coordinator, count: int) -> None:
 
 
 async def _turns_while_pruning(
-    coordinator: Coordinator, watcher: TurnWatcher, session_id: str
+    coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes
 ) -> tuple[list[float], float, int]:
     """Turns one after another while a pass runs; their latencies, the pass's seconds and deletions."""
     latencies: list[float] = []
@@ -55,13 +56,27 @@ async def _turns_while_pruning(
         nursery.start_soon(prune)
         await trio.lowlevel.checkpoint()  # the pass starts first
         while "seconds" not in outcome:
-            latencies.append(await run_turn(coordinator, watcher, session_id))
+            latencies += await _turns(coordinator, watcher, sizes.turns_per_session, until=outcome)
     return latencies, outcome["seconds"], int(outcome["deleted"])
+
+
+async def _turns(
+    coordinator: Coordinator, watcher: TurnWatcher, count: int, until: dict[str, float] | None = None
+) -> list[float]:
+    """Up to ``count`` turns in a new session (a session's history grows its turns' cost, so each
+    session runs as many as in the other turn benchmarks); stops early once ``until`` has "seconds"."""
+    session = await coordinator.create_session("bench")
+    latencies = []
+    for _ in range(count):
+        if until is not None and "seconds" in until:
+            break
+        latencies.append(await run_turn(coordinator, watcher, session.id))
+    return latencies
 
 
 async def measure_retention(workdir: Path, sizes: Sizes) -> dict[str, float]:
     """``turn_ms_p50/p99_alone``, ``turn_ms_p50/p99_pruning``, ``prune_s`` and ``prune_events_per_s``."""
-    script = tool_then_text_script(10 * sizes.prune_turns + 1000)
+    script = tool_then_text_script(sizes.turns_per_session)
     # Retention off in the config: no background pass may prune the old events before the timed one.
     config = bench_config(workdir, "retention.sqlite")
     model = ScriptedModel.from_json(script)
@@ -76,11 +91,11 @@ async def measure_retention(workdir: Path, sizes: Sizes) -> dict[str, float]:
 
 async def _measure(coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes) -> dict[str, float]:
     await _write_old_events(coordinator, sizes.prune_events)  # first: the log's times grow with seq
-    session = await coordinator.create_session("bench")
-    for _ in range(10):  # warm up
-        await run_turn(coordinator, watcher, session.id)
-    alone = [await run_turn(coordinator, watcher, session.id) for _ in range(sizes.prune_turns)]
-    pruning, seconds, deleted = await _turns_while_pruning(coordinator, watcher, session.id)
+    await _turns(coordinator, watcher, sizes.turns_per_session)  # warm up
+    alone: list[float] = []
+    while len(alone) < sizes.prune_turns:
+        alone += await _turns(coordinator, watcher, sizes.turns_per_session)
+    pruning, seconds, deleted = await _turns_while_pruning(coordinator, watcher, sizes)
     if deleted < sizes.prune_events:
         raise RuntimeError(f"the pass deleted {deleted} events, not the {sizes.prune_events} written")
     return {
