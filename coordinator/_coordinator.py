@@ -209,6 +209,10 @@ class Coordinator:
         for each step streaming when the replay ends, one delta at offset 0 with its text so far. A
         lagging subscriber may lose deltas (their offsets show it), never a stored event.
 
+        When retention deleted events after ``after`` (``[store] keep_events_days``), the replay begins
+        with a ``stream.truncated`` event (``seq`` None, payload ``{"oldest_seq": N}``: the oldest kept
+        event after ``after``). A subscription of one session ends when that session is deleted.
+
         **Raises:** ``SessionNotFound``.
         """
         if session_id is not None:
