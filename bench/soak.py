@@ -57,6 +57,10 @@ def disk_mib(db: Path) -> float:
     return total / 2**20
 
 
+def file_mib(path: Path) -> float:
+    return path.stat().st_size / 2**20 if path.exists() else 0.0
+
+
 async def run_turn(coordinator: Coordinator, session_id: str) -> None:
     """Prompt the session and wait for its ``session.idle``."""
     after = coordinator.published_seq
@@ -98,6 +102,9 @@ def sample(coordinator: Coordinator, db: Path, tally: Tally, started: float) -> 
         "sessions_alive": tally.created - tally.deleted,
         "rss_mib": round(rss_kib() / 1024, 1),
         "db_mib": round(disk_mib(db), 2),
+        "file_mib": round(file_mib(db), 2),
+        "wal_mib": round(file_mib(Path(f"{db}-wal")), 2),
+        "free_pages": read.page_counts()[0],
         "events_kept": _count_events(coordinator),
         "horizon": read.event_horizon(),
         "last_seq": read.last_seq(),
@@ -146,12 +153,13 @@ def summary(tally: Tally, minutes: float) -> str:
     first, last = tally.samples[0], tally.samples[-1]
     rss = [s["rss_mib"] for s in tally.samples]
     size = [s["db_mib"] for s in tally.samples[1:]] or [first["db_mib"]]
+    files = [s["file_mib"] for s in tally.samples[1:]] or [first["file_mib"]]
     return (
         f"soak: {minutes:g} min, {tally.turns} turns, {tally.created} sessions created, "
         f"{tally.deleted} deleted, {tally.events_seen} events followed\n"
         f"  RSS MiB: start {first['rss_mib']} end {last['rss_mib']} max {max(rss)}\n"
         f"  database MiB (file + WAL) after the first reading: min {min(size)} max {max(size)} "
-        f"end {last['db_mib']}\n"
+        f"end {last['db_mib']}; the file alone: min {min(files)} max {max(files)} end {last['file_mib']}\n"
         f"  events kept at the end: {last['events_kept']} (horizon {last['horizon']}, last seq {last['last_seq']})"
     )
 
