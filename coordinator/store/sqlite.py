@@ -294,7 +294,12 @@ def _ensure_incremental_vacuum(db: apsw.Connection, path: str) -> None:
         return
     started = time.monotonic()
     db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    db.execute("VACUUM")
+    try:
+        db.execute("VACUUM")
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        # Another process has the file open (a node not yet upgraded): the next open converts it.
+        log.warning("store_conversion_postponed", path=path, error=str(exc))
+        return
     log.info("store_converted_to_incremental_vacuum", path=path, seconds=round(time.monotonic() - started, 3))
 
 
