@@ -16,11 +16,13 @@ from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.config import Config
 from coordinator.errors import ToolFailure
+from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.reasons import Failure, StopReason
 from coordinator.store import SqliteStore
 from coordinator.store.sqlite import Transaction
 from coordinator.tools.base import Tool
+from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
 log = structlog.get_logger()
 
@@ -64,6 +66,19 @@ class Waits:
     def forget(self, wait_id: str) -> None:
         self.by_id.pop(wait_id, None)
 
+    def count_by_kind(self) -> dict[str, int]:
+        """Live waits by kind (``permission``, ``question``), told apart by their ids' kind prefix."""
+        counts = dict.fromkeys(_WAIT_KINDS.values(), 0)
+        for wait_id in self.by_id:
+            kind = _WAIT_KINDS.get(wait_id.partition("_")[0])
+            if kind is not None:
+                counts[kind] += 1
+        return counts
+
+
+# The kind prefix of a wait's id (``coordinator/ids.py``): a permission request's, a form's.
+_WAIT_KINDS = {"per": "permission", "frm": "question"}
+
 
 class StreamedText(Protocol):
     """What a step's streamed text (``actors/step_text.py``) offers whoever settles its step."""
@@ -93,6 +108,8 @@ class Runtime:
     # own failure records it, or, when that commit failed, the session's sweep.
     step_texts: dict[str, StreamedText] = attrs.Factory(dict)
     injector: Injector | None = None
+    metrics: Metrics = attrs.Factory(Metrics)
+    tracing: Tracing = attrs.Factory(Tracing)
     # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then
     # on, checked inside their transaction, so one either lands before the shutdown's stop or not at all.
     closing: bool = False
@@ -111,6 +128,8 @@ class TurnScope:
     epoch: int
     handle: ActorHandle
     resumed_after: str | None = None
+    # The turn's span (``invoke_agent``), where each step adds the tokens its model request used.
+    span: ActorSpan = NO_SPAN
     # The turn's nursery, owned by the session actor, for a step's background helper: the delta
     # flusher of a streaming step (``actors/step_text.py``), which the step cancels as its stream ends.
     background: trio.Nursery | None = None

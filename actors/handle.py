@@ -8,6 +8,8 @@ set before any scope is cancelled, so every cleanup knows why it is being torn d
 
 from __future__ import annotations
 
+import time
+
 import attrs
 import structlog
 import trio
@@ -28,6 +30,8 @@ class ActorHandle:
     reason: StopReason | None = None
     # The reason this actor's own deadline stands for, once the deadline has passed (a tool's).
     deadline_reason: StopReason | None = None
+    # When ``reason`` was decided (``time.perf_counter()``): a turn's stop is timed from here.
+    stopped_at: float | None = None
 
     def stop(self, reason: StopReason) -> bool:
         """Record ``reason`` (unless one is recorded already), then cancel the scope.
@@ -37,6 +41,7 @@ class ActorHandle:
         decided = self.reason is None
         if decided:
             self.reason = reason
+            self.stopped_at = time.perf_counter()
         self.scope.cancel(reason=f"{self.kind} {self.id}: {self.reason.type if self.reason else '?'}")
         return decided
 

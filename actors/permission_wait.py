@@ -16,7 +16,7 @@ import trio
 
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
-from coordinator import clock, events
+from coordinator import clock, events, tracing
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Timeout
 from coordinator.records import Decision, PermissionRequest
@@ -51,18 +51,26 @@ async def run(
 
     **Raises:** ``Fenced`` if the claim was taken over.
     """
+    if restore is not None and restore.status == "replied":
+        # Replied while no wait was live (the turn suspended, or its owner dead): applied as it is,
+        # never asked again.
+        turn.forget_unopened_wait(call_id)
+        return await _already_replied(turn, restore)
     request, deadline = await _open(turn, call_id=call_id, action=action, resource=resource, restore=restore)
     handle = parent.child("permission_wait", request.id)
     waiter = turn.runtime.waits.expect(request.id)
-    with turn.wait_opened(call_id):
+    with turn.runtime.tracing.permission_wait(request, handle) as span, turn.wait_opened(call_id):
         try:
             settled = turn.runtime.store.read.get_permission(request.id)
             if settled is not None and settled.status == "replied" and settled.decision is not None:
-                return await _already_replied(turn, settled)
+                replied = await _already_replied(turn, settled)
+                span.set(tracing.PERMISSION_DECISION, replied.decision)
+                return replied
             with trio.move_on_at(deadline) as timer:
                 await turn.checkpoint("permission.wait")
-                replied: Replied = await waiter.wait()
-                return replied
+                answer: Replied = await waiter.wait()
+                span.set(tracing.PERMISSION_DECISION, answer.decision)
+                return answer
             assert timer.cancelled_caught
             limit = turn.runtime.config.timeouts.permission
             await turn.stop(Timeout(scope="permission", after=limit))
@@ -108,7 +116,7 @@ async def _open(
 
 
 async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Replied:
-    """A reply that landed while no wait was live (between a restart and this restore)."""
+    """A reply that landed while no wait was live (before this restore, or before this wait opened)."""
     wait = turn.runtime.store.read.permission_wait_row(request.id)
     message = None if wait is None else wait.message
     assert request.decision is not None

@@ -13,7 +13,7 @@ import trio
 
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
-from coordinator import clock, events
+from coordinator import clock, events, tracing
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Timeout
 from coordinator.records import Form, Question
@@ -35,15 +35,18 @@ async def run(
     form, deadline = await _open(turn, call_id=call_id, questions=questions)
     handle = parent.child("question_form", form.id)
     waiter = turn.runtime.waits.expect(form.id)
-    with turn.wait_opened(call_id):
+    with turn.runtime.tracing.question_wait(form, handle) as span, turn.wait_opened(call_id):
         try:
             current = turn.runtime.store.read.get_form(form.id)
             if current is not None and current.status != "pending":
-                return await _already_settled(turn, current)
+                settled = await _already_settled(turn, current)
+                span.set(tracing.FORM_STATUS, settled.status)
+                return settled
             with trio.move_on_at(deadline):
                 await turn.checkpoint("form.wait")
-                settled: Form = await waiter.wait()
-                return settled
+                answered: Form = await waiter.wait()
+                span.set(tracing.FORM_STATUS, answered.status)
+                return answered
             limit = turn.runtime.config.timeouts.question
             await turn.stop(Timeout(scope="question", after=limit))
             await trio.lowlevel.checkpoint()
@@ -66,9 +69,12 @@ async def _open(turn: TurnScope, *, call_id: str, questions: list[Question]) -> 
     """
     limit = turn.runtime.config.timeouts.limit("question")
     async with turn.write() as tx:
-        restored = tx.pending_form_of_call(turn.session_id, call_id)
-        if restored is not None:
-            tx.emit(events.form_asked(restored, restored=True))
+        restored = tx.latest_form_of_call(turn.session_id, call_id)
+        if restored is not None and restored.status != "revoked":
+            # A restored call: a pending form is shown again; one answered while no wait was live is
+            # returned as it is by the caller (``_already_settled``), never asked again.
+            if restored.status == "pending":
+                tx.emit(events.form_asked(restored, restored=True))
             wait = tx.form_wait_row(restored.id)
             return restored, clock.trio_deadline(None if wait is None else wait.deadline_at)
         form = Form(

@@ -15,6 +15,7 @@ reason, and publishes ``session.idle`` (not after a shutdown).
 from __future__ import annotations
 
 import functools
+import time
 
 import attrs
 import structlog
@@ -99,14 +100,23 @@ async def _run_turn(
     runtime.turns[turn.id] = handle.turn = scope
     if handle.shutting_down:
         scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
+    resumed_after = None if takeover is None else takeover.after
     try:
-        with structlog.contextvars.bound_contextvars(turn_id=turn.id):
+        with (
+            structlog.contextvars.bound_contextvars(turn_id=turn.id),
+            runtime.tracing.turn(turn.session_id, turn.id, scope.handle, resumed_after=resumed_after) as span,
+        ):
+            scope.span = span
             reason = await _execute(runtime, scope, turn, takeover)
             scope.settling = True  # from here on an interrupt answers false
+            # A stop no handle decided (found stored at a takeover, or an actor's crash) is decided now.
+            decided_at = scope.handle.stopped_at or time.perf_counter()
             with trio.move_on_after(SETTLE_SECONDS, shield=True) as settling:
-                await _settle(scope, reason)
+                reason = await _settle(scope, reason)
+                runtime.metrics.turn_settled(reason, decided_at)
             if settling.cancelled_caught:
                 log.error("turn_settlement_timed_out", reason=None if reason is None else reason.type)
+            span.settled(reason)
     finally:
         runtime.turns.pop(turn.id, None)
         handle.turn = None
@@ -260,15 +270,16 @@ _RESTART_ERROR = ToolError(
 def _fail_interrupted_work(
     tx: SqliteTx, scope: TurnScope
 ) -> list[tuple[ToolCallRow, PermissionRequest | None]]:
-    """Fail the steps and tool calls the previous process left running; keep top-level calls that wait
-    on a person (returned, to be restored). A nested call's pending wait is revoked: its script is gone.
+    """Fail the steps and tool calls the previous process left running; keep the calls a start can
+    restore (returned): those waiting on a person, or answered while no wait was live. A nested
+    call's pending wait is revoked: its script is gone.
     """
     restorable, interrupted = [], []
     for call in tx.tool_calls_of_turn(scope.turn_id):
         if call.status != "running":
             continue
-        if call.parent_call_id is None and settlement.waits_on_a_person(tx, scope.session_id, call.call_id):
-            restorable.append((call, tx.pending_permission_of_call(scope.session_id, call.call_id)))
+        if settlement.restorable(tx, call):
+            restorable.append((call, settlement.restored_request(tx, call)))
         else:
             interrupted.append(call)
     # Children before parents, as in a live stop: the calls fail before the steps that made them.
@@ -282,8 +293,9 @@ def _fail_interrupted_work(
     return restorable
 
 
-async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
-    """The session's own settlement, last of all, in one transaction.
+async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
+    """The session's own settlement, last of all, in one transaction. Returns the reason it settled
+    with (None: succeeded).
 
     A stop whose intent was committed wins over what the actors settled with: a decline committed
     while a shutdown was suspending the turn ends the turn declined, never resumed.
@@ -299,7 +311,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
             log.info("turn_succeeded")
-            return
+            return None
         texts = {
             step_id: text.unrecorded()
             for step_id, text in scope.runtime.step_texts.items()
@@ -314,6 +326,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> None:
             assert reason.outcome is not None
             _finish(tx, scope, reason.outcome, reason)
         log.info("turn_stopped", reason=reason.type)
+    return reason
 
 
 def _finish(tx: SqliteTx, scope: TurnScope, outcome: str, reason: StopReason | None = None) -> None:

@@ -15,7 +15,7 @@ import structlog
 from coordinator import events, wire
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, StopReason
-from coordinator.records import NestedCall, Partial, ToolError
+from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
 from coordinator.store import Queries, SqliteTx
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import now_rfc3339
@@ -45,16 +45,36 @@ def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
     )
 
 
-def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bool:
-    """A shutdown keeps a top-level call that waits on a person: the next start restores its wait.
+def restorable(read: Queries, call: ToolCallRow) -> bool:
+    """Can the next start restore this unsettled call where it left off?
 
-    A nested call of ``execute`` is never kept: its script's process cannot be restored.
+    A top-level call whose wait on a person is still pending, or was answered while no wait was live
+    (a reply accepted by another node, or while the turn was suspended): a permission replied to
+    whose tool never started, a form submitted or dismissed. Whatever else it did may have acted
+    outside the process, so it cannot be restored (design/model/README.md, finding 3). A nested
+    call of ``execute`` is never restorable: its script's process is gone.
     """
-    return (
-        reason.resumable
-        and call.parent_call_id is None
-        and waits_on_a_person(read, call.session_id, call.call_id)
-    )
+    if call.parent_call_id is not None:
+        return False
+    session_id, call_id = call.session_id, call.call_id
+    if waits_on_a_person(read, session_id, call_id):
+        return True
+    request = read.latest_permission_of_call(session_id, call_id)
+    if request is not None:
+        return request.status == "replied" and not read.tool_started(session_id, call_id)
+    form = read.latest_form_of_call(session_id, call_id)
+    return form is not None and form.status in ("submitted", "cancelled")
+
+
+def restored_request(read: Queries, call: ToolCallRow) -> PermissionRequest | None:
+    """The permission request a restorable call restores: pending (asked again) or replied (applied)."""
+    request = read.latest_permission_of_call(call.session_id, call.call_id)
+    return request if request is not None and request.status in ("pending", "replied") else None
+
+
+def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bool:
+    """A shutdown keeps a restorable call unsettled, and its wait pending: the next start restores it."""
+    return reason.resumable and restorable(read, call)
 
 
 def revoke_waits_of_call(tx: SqliteTx, session_id: str, call_id: str, reason: StopReason) -> None:

@@ -19,6 +19,7 @@ import trio
 
 from actors import settlement, tool_call
 from actors.context import SETTLE_SECONDS, TurnScope
+from actors.handle import ActorHandle
 from actors.step_text import StepText
 from coordinator import events
 from coordinator.errors import ModelError
@@ -29,6 +30,7 @@ from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import StepMessage, StepToolCall
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
+from coordinator.tracing import ActorSpan
 
 log = structlog.get_logger()
 
@@ -42,10 +44,15 @@ async def run(turn: TurnScope) -> bool:
     **Raises:** ``Fenced`` if the claim was taken over.
     """
     step_id = new_id("step")
+    handle = turn.handle.child("step", step_id)
+    with turn.runtime.tracing.step(turn.session_id, step_id, handle) as span:
+        return await _run(turn, step_id, handle, span)
+
+
+async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
     async with turn.write() as tx:
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
         started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
-    handle = turn.handle.child("step", step_id)
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, turn.failing_on_error(f"step {step_id}"):
@@ -54,16 +61,21 @@ async def run(turn: TurnScope) -> bool:
             # cleanup below asks for the reason.
             with turn.failing_on_error(f"step {step_id}"):
                 reply = await _ask_model(turn, index, text)
+                span.add_usage(reply.usage)
+                turn.span.add_usage(reply.usage)
                 if not reply.tool_calls:
                     await _answer(turn, step_id, reply, text)
+                    span.succeeded()
                     return False
                 calls = await _record_reply(turn, step_id, reply, text)
                 async with trio.open_nursery() as nursery:
                     for call in calls:
                         await nursery.start(tool_call.run, turn, handle, call)
         except BaseException:
+            reason = handle.reason_or_failure()
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle(turn, step_id, handle.reason_or_failure(), text)
+                reason = await _settle(turn, step_id, reason, text)
+            span.stopped(reason)
             raise
         async with turn.write() as tx:
             tx.settle_step(step_id, "succeeded", None)
@@ -72,6 +84,7 @@ async def run(turn: TurnScope) -> bool:
                     turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
                 )
             )
+        span.succeeded()
         return True
     raise AssertionError("a step's own scope is never stopped alone")
 
@@ -204,11 +217,12 @@ def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
     return candidate
 
 
-async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepText) -> None:
-    """Fail the step, keeping the text the stop cut short. If this commit fails, the text stays in
-    ``runtime.step_texts`` for the session's sweep."""
+async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepText) -> StopReason:
+    """Fail the step, keeping the text the stop cut short; returns the reason it failed with. If this
+    commit fails, the text stays in ``runtime.step_texts`` for the session's sweep."""
     await turn.checkpoint("settle.step")
     async with turn.write() as tx:
         reason = settlement.committed_reason(tx, turn.turn_id, reason)
         settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded())
     _recorded(turn, step_id, text)
+    return reason

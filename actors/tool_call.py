@@ -52,7 +52,11 @@ async def run(
     # that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
     context = tool_services.build_context(turn, running, call)
-    with handle.scope, turn.failing_on_error(f"tool call {call.call_id}"):
+    with (
+        turn.runtime.tracing.tool_call(call, handle) as span,
+        handle.scope,
+        turn.failing_on_error(f"tool call {call.call_id}"),
+    ):
         task_status.started(handle)
         try:
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
@@ -61,17 +65,17 @@ async def run(
                 output = await _permit_and_run(turn, handle, running, call, context, restore)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
+            stopped_for = handle.effective_reason()
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
             # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_failed(
-                    turn,
-                    call,
-                    error,
-                    _partial(context, failure.partial),
-                    stopped_for=handle.effective_reason(),
+                    turn, call, error, _partial(context, failure.partial), stopped_for=stopped_for
                 )
             turn.forget_unopened_wait(call.call_id)
+            # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
+            # stop's, on the span as in the wait and step spans around it.
+            span.failed(error.type, error.message, stopped_for=stopped_for)
             return CallResult(call_id=call.call_id, status="failed", error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
@@ -79,6 +83,7 @@ async def run(
             raise
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output)
+        span.succeeded()
         return CallResult(call_id=call.call_id, status="succeeded", output=output)
     raise AssertionError("a tool call's own scope is never stopped alone")
 
@@ -96,13 +101,14 @@ async def _permit_and_run(
         raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
-    await _check_permission(turn, handle, call, tool, restore)
-    return await _run_bounded(turn, running, tool, call, context)
+    asked = await _check_permission(turn, handle, call, tool, restore)
+    return await _run_bounded(turn, running, tool, call, context, record_start=asked)
 
 
 async def _check_permission(
     turn: TurnScope, handle: ActorHandle, call: ToolCallRow, tool: Tool, restore: PermissionRequest | None
-) -> None:
+) -> bool:
+    """Raise ``ToolFailure`` unless the call may run; return whether a person was asked."""
     resource = restore.resource if restore is not None else tool.resource(call.input)
     if restore is None:
         configured = turn.runtime.config.permission
@@ -111,7 +117,7 @@ async def _check_permission(
         if verdict.effect == "deny":
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
         if verdict.effect == "allow":
-            return
+            return False
     replied = await permission_wait.run(
         turn,
         handle,
@@ -127,10 +133,17 @@ async def _check_permission(
     if replied.decision == "reject":
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
+    return True
 
 
 async def _run_bounded(
-    turn: TurnScope, running: ActorHandle, tool: Tool, call: ToolCallRow, context: ToolContext
+    turn: TurnScope,
+    running: ActorHandle,
+    tool: Tool,
+    call: ToolCallRow,
+    context: ToolContext,
+    *,
+    record_start: bool,
 ) -> Any:
     """Run the tool under its ``[timeouts]`` deadline; a passed deadline fails the call as timeout."""
     limit = None if tool.deadline_scope is None else turn.runtime.config.timeouts.limit(tool.deadline_scope)
@@ -141,6 +154,11 @@ async def _run_bounded(
     with running.scope:
         try:
             await turn.checkpoint("tool.start")
+            if record_start:
+                # A call that waited on a person is restored by the next start while its tool has not
+                # started (its reply applied then): so the start is committed, fenced, first.
+                async with turn.write() as tx:
+                    tx.mark_tool_started(call.session_id, call.call_id)
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()

@@ -60,6 +60,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="server_rss_200_sessions_mib", workload="coordinator serve, after 200 sessions' turns", unit="MiB", target=100, higher_is_better=False),
     Figure(key="fanout_events_per_s", workload="100 SSE subscribers, live, in aggregate", unit="events/s", target=50_000),
     Figure(key="checkpoint_overhead_pct", workload="chaos checkpoints' cost on turns_per_s", unit="%", target=2, higher_is_better=False),
+    Figure(key="metrics_overhead_pct", workload="the metrics' cost on turn_cpu_ms_normal", unit="%", target=1, higher_is_better=False),
     Figure(key="delta_fanout_per_s", workload="100 sessions x 200 chunks (HTTP mock), 10 delta subscribers", unit="deltas/s"),
     Figure(key="delta_fanout_scripted_per_s", workload="the same, scripted model, a chunk every 2 ms", unit="deltas/s"),
     Figure(key="streaming_cpu_overhead_pct", workload="a turn's CPU, 200 chunks vs one, model's cost out", unit="%", target=10, higher_is_better=False),

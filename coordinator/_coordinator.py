@@ -6,16 +6,18 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
+from prometheus_client import CollectorRegistry
 
 from actors.context import Runtime
 from coordinator import claims, decisions, errors, retention
 from coordinator.bus import Bus, Subscription
 from coordinator.checkpoints import Injector
 from coordinator.config import Config, config_from
+from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.factory import build_model
 from coordinator.records import Form, Message, PermissionRequest, Session
@@ -23,6 +25,10 @@ from coordinator.registry import Registry
 from coordinator.store import SqliteStore, open_store
 from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.registry import build_tools
+from coordinator.tracing import Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = structlog.get_logger()
 
@@ -46,6 +52,17 @@ class Coordinator:
     def store(self) -> SqliteStore:
         """The store, for tools and tests that read state; writes go through the methods below."""
         return self._runtime.store
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This coordinator's own Prometheus registry, its ``coordinator_*`` series only
+        (``design/operations.md``): an embedder registers it in the registry its exposition serves."""
+        return self._runtime.metrics.registry
+
+    def metrics_text(self) -> str:
+        """This coordinator's series and the process's (``process_*``) in the Prometheus text format,
+        as ``GET /metrics`` serves them (``coordinator.metrics.CONTENT_TYPE``)."""
+        return self._runtime.metrics.text()
 
     @property
     def published_seq(self) -> int:
@@ -266,6 +283,7 @@ async def open_coordinator(
     synchronous: str = "full",
     workdir: str | Path | None = None,
     injector: Injector | None = None,
+    tracer_provider: TracerProvider | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Coordinator]:
     """Open the coordinator on its database, resume what a previous process left, and yield it.
@@ -280,6 +298,8 @@ async def open_coordinator(
         synchronous: SQLite durability, ``full`` (default) or ``normal`` (see design/store.md).
         workdir: where tools run; the config file's folder by default.
         injector: the chaos campaign's fault injector (``coordinator/checkpoints.py``); None in production.
+        tracer_provider: an OpenTelemetry ``TracerProvider`` for the actors' spans (``otel`` extra);
+            by default the global one if set, else no tracing (``design/tracing.md``).
         **overrides: other ``[server]`` keys.
 
     **Raises:** ``ConfigError`` for a bad config; ``StoreError`` when the database cannot be opened.
@@ -289,6 +309,8 @@ async def open_coordinator(
     with open_store(resolved.server.db, synchronous=synchronous) as store:
         bus = Bus(store.read)
         store.on_durable(bus.publish)
+        metrics = Metrics()
+        store.observe(commit=metrics.commit_took, sync=metrics.sync_took)
         chosen_model = model if model is not None else build_model(resolved)
         try:
             async with trio.open_nursery() as root:
@@ -302,6 +324,8 @@ async def open_coordinator(
                     instance_id=instance.id,
                     workdir=Path(workdir) if workdir is not None else resolved.base_dir,
                     injector=injector,
+                    metrics=metrics,
+                    tracing=Tracing.configure(tracer_provider),
                 )
                 coordinator = await _start(runtime, instance, root)
                 try:
@@ -335,6 +359,11 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     async with runtime.store.transaction() as tx:
         tx.register_instance(instance, now_rfc3339())
     claims.LIVE_IN_THIS_PROCESS.add(instance.id)
+    runtime.metrics.watch(
+        turns_running=lambda: len(runtime.turns),
+        pending_waits=runtime.waits.count_by_kind,
+        event_subscribers=lambda: runtime.bus.subscribers,
+    )
     registry = Registry(runtime, root)
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")

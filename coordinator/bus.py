@@ -151,6 +151,8 @@ class Bus:
         # Weak: a subscription dropped without aclose() takes its buffer with it.
         self._live: weakref.WeakSet[_Live] = weakref.WeakSet()
         self._live_buffer = live_buffer
+        # Every subscription not yet ended, replaying or attached (``_live`` holds only the attached).
+        self._open: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self.lagged = 0
         self.closed = False
         self._highest = reader.last_seq()
@@ -247,6 +249,11 @@ class Bus:
         log.warning("subscriber_lagged", session_id=live.session_id)
 
     @property
+    def subscribers(self) -> int:
+        """Subscriptions open now: neither closed by ``aclose()``, ended, nor dropped."""
+        return len(self._open)
+
+    @property
     def published_seq(self) -> int:
         """The seq of the last event published (every event up to it is durable)."""
         return self._highest
@@ -295,7 +302,9 @@ class Bus:
         and ends when the bus closes. With ``deltas`` the live part also carries live-only events
         (``session.text.delta``, seq None), each attach starting with the catch-up.
         """
-        return Subscription(self, after, session_id, deltas)
+        subscription = Subscription(self, after, session_id, deltas)
+        self._open.add(subscription)
+        return subscription
 
 
 class Subscription:
@@ -331,6 +340,7 @@ class Subscription:
                 self._delivered(event)
                 return event
             if self._live is None:
+                self._bus._open.discard(self)
                 raise StopAsyncIteration
             live = self._live
             live.wakeup = trio.Event()
@@ -417,4 +427,5 @@ class Subscription:
     async def aclose(self) -> None:
         """Stop receiving live events."""
         self._detach()
+        self._bus._open.discard(self)
         await trio.lowlevel.checkpoint()

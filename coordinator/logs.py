@@ -8,12 +8,15 @@ from typing import Any, TextIO
 
 import structlog
 
+from coordinator.tracing import add_trace_ids
+
 
 def configure_logging(stream: TextIO | None = None, *, level: int = logging.INFO) -> None:
     """Send structlog's output to ``stream`` (stderr): JSON lines unless it is a terminal.
 
     Only the CLI calls this; an embedding program keeps its own configuration. Context variables bound
-    by actors (``session_id``, ``turn_id``) are merged into every line.
+    by actors (``session_id``, ``turn_id``) are merged into every line, and, when tracing is on, the
+    ``trace_id`` and ``span_id`` of the span the line was logged in.
 
     Args:
         stream: where log lines go; stderr by default.
@@ -23,6 +26,7 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.INFO
     interactive = out.isatty()
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        add_trace_ids,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),

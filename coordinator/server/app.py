@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from coordinator import errors, wire
+from coordinator import errors, metrics, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
 from coordinator.records import MAX_TEXT, Form, Message, PermissionRequest, Session
@@ -131,6 +131,10 @@ async def openapi_json(request: Request) -> Response:
     # The server's URL as this client reached it (its Host already passed the edge).
     server_url = str(request.base_url).rstrip("/")
     return JSONResponse({**request.app.state.openapi, "servers": [{"url": server_url}]})
+
+
+async def metrics_text(request: Request) -> Response:
+    return Response(_coordinator(request).metrics_text(), media_type=metrics.CONTENT_TYPE)
 
 
 async def create_session(request: Request) -> Response:
@@ -303,6 +307,9 @@ OPERATIONS: tuple[Operation, ...] = (
               endpoint=health, response=Health, open=True),
     Operation(method="GET", path="/openapi.json", name="openapi", summary="This document",
               endpoint=openapi_json, response=dict[str, Any], open=True),
+    Operation(method="GET", path="/metrics", name="metrics",
+              summary="This coordinator's metrics in the Prometheus text format (version 0.0.4)",
+              endpoint=metrics_text, response=str, media_type="text/plain"),
     Operation(method="POST", path="/api/session", name="create_session", summary="Create a session",
               endpoint=create_session, status=201, body=CreateSessionBody, body_optional=True,
               response=Session, errors=_CLOSED),

@@ -1,4 +1,4 @@
-"""Bearer-token authentication of every ``/api`` route when ``[server] token`` is set."""
+"""Bearer-token authentication of every ``/api`` route and of ``/metrics`` when ``[server] token`` is set."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ from coordinator.errors import Unauthorized
 from coordinator.server.errors import client_error_response
 
 PROTECTED_PREFIX = "/api"
+PROTECTED_PATHS = frozenset({"/metrics"})
+"""Outside ``/api`` but behind the token too: what the metrics say (sessions, waits) is the API's."""
 
 
 class BearerAuth:
-    """ASGI middleware: ``/api`` requests need ``Authorization: Bearer <token>`` unless the token is empty.
+    """ASGI middleware: ``/api`` and ``/metrics`` requests need ``Authorization: Bearer <token>`` unless
+    the token is empty.
 
-    ``/health`` and ``/openapi.json`` stay open so that probes and tooling work without the secret.
+    ``/health`` and ``/openapi.json`` stay open so that probes and tooling work without the secret; a
+    Prometheus scrape sends the token (its ``authorization`` setting).
     """
 
     def __init__(self, app: ASGIApp, *, token: str) -> None:
@@ -46,4 +50,4 @@ class BearerAuth:
 
 
 def _protected(path: str) -> bool:
-    return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
+    return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/") or path in PROTECTED_PATHS

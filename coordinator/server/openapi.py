@@ -59,6 +59,8 @@ class Operation:
     body: type[Any] | None = None
     body_optional: bool = False
     response: Any = None
+    media_type: str = JSON
+    """The success's media type: JSON, or ``text/plain`` for ``/metrics``."""
     stream: bool = False
     errors: tuple[type[ClientError], ...] = ()
     parameters: tuple[Parameter, ...] = ()
@@ -134,7 +136,7 @@ def _responses(operation: Operation, builder: SchemaBuilder, secured: bool) -> d
         success["description"] += "; text/event-stream, a frame an event (the schema of one frame)"
         success["content"] = {"text/event-stream": {"schema": sse_frame_schema(builder)}}
     elif operation.response is not None:
-        success["content"] = {JSON: {"schema": builder.of(operation.response)}}
+        success["content"] = {operation.media_type: {"schema": builder.of(operation.response)}}
     if operation.headers:
         success["headers"] = {
             name: {"description": words, "schema": {"type": "string"}}

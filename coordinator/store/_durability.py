@@ -28,6 +28,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -80,6 +81,8 @@ class GroupDurability:
         self._cycles_started = 0
         self._cycles_done = 0
         self._wal_pages = 0
+        self.sync_observer: Callable[[float], None] | None = None
+        """Called with the seconds of each fsync of the WAL (the coordinator's metrics)."""
         # The WAL file and the way to run a blocking call, while ``serve`` runs.
         self._tools: tuple[WalFile | None, Blocking] | None = None
 
@@ -199,7 +202,10 @@ class GroupDurability:
         self._undurable.clear()
         try:
             if wal is not None and self._synchronous == "full":
+                began = time.perf_counter()
                 await blocking(functools.partial(_sync, wal))
+                if self.sync_observer is not None:
+                    self.sync_observer(time.perf_counter() - began)
         except BaseException as exc:
             self._undurable.extendleft(reversed(batches))  # not durable: the next cycle has them
             if isinstance(exc, errors.StoreError):

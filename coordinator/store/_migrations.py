@@ -179,10 +179,14 @@ def _v5(db: apsw.Connection) -> None:
     # started with `[server] resume = "manual"` left for `POST /api/session/{sid}/resume`; it stays
     # parked across restarts until resumed or interrupted. `store_meta`: small facts of the store
     # itself, among them `event_horizon`, the highest seq retention has deleted up to (a replay
-    # from below it starts with `stream.truncated`).
+    # from below it starts with `stream.truncated`). `tool_calls.tool_started`: the tool of a call
+    # that waited on a person was started (committed right before it runs): a restart restores a
+    # call whose reply landed while no wait was live only if its tool never started
+    # (design/model/README.md, finding 3).
     db.execute(
         """
         ALTER TABLE turns ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tool_calls ADD COLUMN tool_started INTEGER NOT NULL DEFAULT 0;
         CREATE TABLE store_meta (
             key TEXT PRIMARY KEY,
             value TEXT NOT NULL

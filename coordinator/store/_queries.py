@@ -403,6 +403,18 @@ class Queries:
             (dump_json(group), session_id, call_id),
         )
 
+    def mark_tool_started(self, session_id: str, call_id: str) -> None:
+        self.db.execute(
+            "UPDATE tool_calls SET tool_started = 1 WHERE session_id = ? AND call_id = ?",
+            (session_id, call_id),
+        )
+
+    def tool_started(self, session_id: str, call_id: str) -> bool:
+        row = self._one(
+            "SELECT tool_started FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return row is not None and bool(row[0])
+
     def process_group_of(self, session_id: str, call_id: str) -> Any:
         row = self._one(
             "SELECT process_group FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
@@ -534,6 +546,15 @@ class Queries:
         )
         return None if row is None else _permission_from_row(row)
 
+    def latest_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None:
+        """The call's last permission request, whatever its status."""
+        row = self._one(
+            f"SELECT {_PERMISSION_COLUMNS} FROM permission_requests "
+            "WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1",
+            (session_id, call_id),
+        )
+        return None if row is None else _permission_from_row(row)
+
     def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
         self.db.execute(
             "UPDATE permission_requests SET status = 'replied', decision = ?, message = ? "
@@ -601,6 +622,14 @@ class Queries:
     def pending_form_of_call(self, session_id: str, call_id: str) -> Form | None:
         row = self._one(
             f"SELECT {_FORM_COLUMNS} FROM forms WHERE session_id = ? AND call_id = ? AND status = 'pending'",
+            (session_id, call_id),
+        )
+        return None if row is None else _form_from_row(row)
+
+    def latest_form_of_call(self, session_id: str, call_id: str) -> Form | None:
+        """The call's last form, whatever its status."""
+        row = self._one(
+            f"SELECT {_FORM_COLUMNS} FROM forms WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1",
             (session_id, call_id),
         )
         return None if row is None else _form_from_row(row)

@@ -101,12 +101,13 @@ class Transaction(contextlib.AbstractAsyncContextManager[SqliteTx]):
     ``asynccontextmanager``, because every commit of every actor passes through it (measured: a tenth
     of a turn's CPU went to the generator machinery of this and ``TurnScope.write``)."""
 
-    __slots__ = ("_fence", "_store", "_tx")
+    __slots__ = ("_began", "_fence", "_store", "_tx")
 
     def __init__(self, store: SqliteStore, fence: Fence | None) -> None:
         self._store = store
         self._fence = fence
         self._tx: SqliteTx | None = None
+        self._began = 0.0
 
     async def __aenter__(self) -> SqliteTx:
         await trio.lowlevel.checkpoint()
@@ -114,6 +115,7 @@ class Transaction(contextlib.AbstractAsyncContextManager[SqliteTx]):
         if store._in_transaction:
             raise RuntimeError("a store transaction is already open: a transaction body awaited")
         store._in_transaction = True
+        self._began = time.perf_counter()
         try:
             _execute(store._db, "BEGIN IMMEDIATE")
         except BaseException:
@@ -147,6 +149,8 @@ class Transaction(contextlib.AbstractAsyncContextManager[SqliteTx]):
                 raise
         finally:
             store._in_transaction = False
+        if store.commit_observer is not None:
+            store.commit_observer(time.perf_counter() - self._began)
         store._committed(tx.events)
 
 
@@ -180,6 +184,8 @@ class SqliteStore:
         self.read = Queries(db)
         # Chaos hook: called before every commit; may raise a StoreError to simulate a failing disk.
         self.before_commit: Callable[[], None] | None = None
+        # Seconds each successful commit held the database, BEGIN to COMMIT (the coordinator's metrics).
+        self.commit_observer: Callable[[float], None] | None = None
         self._durability = GroupDurability(db, path, synchronous, self._hand_over, BUSY_TIMEOUT_MS)
         self.last_own_seq = 0
         """The seq of the last event this store committed (durable or not yet)."""
@@ -193,6 +199,11 @@ class SqliteStore:
         """Call ``callback(events)`` once a commit that appended events is durable, in commit order
         (the bus: nothing reaches a subscriber before it is durable)."""
         self._on_durable.append(callback)
+
+    def observe(self, *, commit: Callable[[float], None], sync: Callable[[float], None]) -> None:
+        """Hand the seconds of every successful commit, and of every WAL fsync, to these callbacks."""
+        self.commit_observer = commit
+        self._durability.sync_observer = sync
 
     def transaction(self, *, fence: Fence | None = None) -> Transaction:
         """Open a write transaction: ``async with store.transaction() as tx``; commits when the block

@@ -30,6 +30,8 @@ EXTRA_KEYS = (
     "turn_task_spawns",
     "checkpoints_per_turn",
     "checkpoint_ns",
+    "metrics_commit_ns",
+    "metrics_settle_ns",
     "http_text_turn_p99_ms",
     "http_text_turn_httpx_ms",
     "fanout_replay_events_per_s",

@@ -2,7 +2,7 @@
 
 Each broken variant removes one rule the code relies on (the epoch check on writes; the resume's
 status check made with its count), and each ``MAIN_*`` variant is what the code did before a fix
-the model found (or still does: ``MAIN_PENDING_ONLY``, an open finding); Spin must report a
+the model found; Spin must report a
 counterexample for every one of them, so the properties are shown to be able to fail.
 """
 

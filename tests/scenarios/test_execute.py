@@ -110,9 +110,11 @@ class RecordingModel:
 
 
 @contextlib.asynccontextmanager
-async def running(config: Config, model: RecordingModel) -> AsyncIterator[tuple[Coordinator, Recorder]]:
+async def running(
+    config: Config, model: RecordingModel, **options: Any
+) -> AsyncIterator[tuple[Coordinator, Recorder]]:
     """``tests.conftest.running`` with a model of the test's own (that one builds its own)."""
-    async with open_coordinator(config, model=model, synchronous="normal") as coord:
+    async with open_coordinator(config, model=model, synchronous="normal", **options) as coord:
         recorder = Recorder()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_record, coord, recorder)

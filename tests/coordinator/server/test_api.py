@@ -378,6 +378,7 @@ async def test_an_unexpected_failure_is_a_500_internal_error_without_its_details
 CONTRACT_ROUTES = {
     ("get", "/health"),
     ("get", "/openapi.json"),
+    ("get", "/metrics"),
     ("post", "/api/session"),
     ("get", "/api/session"),
     ("get", "/api/session/{sid}"),
