@@ -68,9 +68,9 @@ class HistoryReader(Protocol):
 # The budget of every session's kept conversation together, in estimated bytes, and the estimate's
 # parts: an attrs ChatMessage with its slots, a tool call with its input's dict, measured with
 # tracemalloc on the benchmark's sessions (design/benchmarks.md).
-CONVERSATIONS_BUDGET_BYTES = 64 * 2**20
-MESSAGE_BYTES = 250
-TOOL_CALL_BYTES = 400
+CONVERSATIONS_BUDGET_BYTES = 32 * 2**20
+MESSAGE_BYTES = 150
+TOOL_CALL_BYTES = 200
 
 
 @attrs.define(kw_only=True)
