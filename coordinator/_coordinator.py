@@ -137,14 +137,33 @@ class Coordinator:
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
 
-        Returns once the stop is recorded, before cleanup ends.
+        A turn parked by ``[server] resume = "manual"`` is stopped too: it settles as interrupted (its
+        waits revoked) without running again. Returns once the stop is recorded, before cleanup ends.
 
         **Raises:** ``SessionNotFound``.
         """
         self._session(session_id)
         stopped = await decisions.interrupt(self._runtime, session_id, by)
+        if stopped:
+            self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         await self._durable()
         return stopped
+
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's suspended turn that a start with ``[server] resume = "manual"`` parked;
+        returns its id. The turn then runs as an automatic resume would (``session.execution.resumed``,
+        its waits restored with their ids), and the resume counts toward ``[server] max_resumes``.
+
+        Returns once the resume is committed, before the turn runs again.
+
+        **Raises:** ``SessionNotFound``; ``NothingToResume`` when no turn of the session is parked (it
+        is idle or running, or was resumed already); ``CoordinatorClosed`` during a shutdown.
+        """
+        self._check_open()
+        self._session(session_id)
+        turn_id = await self._registry.resume(session_id)
+        await self._durable()
+        return turn_id
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         await self._durable()
@@ -337,7 +356,7 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
     liveness = claims.Liveness(me=instance, lease=lease)
-    recovered = registry.recover(liveness)
+    recovered = await registry.recover(liveness)
     root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
     log.info("coordinator_started", instance_id=instance.id, recovered=len(recovered), at=time.time())
     return Coordinator(runtime, registry)

@@ -18,6 +18,7 @@ from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
 from coordinator.store import SqliteTx
+from coordinator.store.rows import TurnRow
 from coordinator.store.sqlite import now_rfc3339
 
 log = structlog.get_logger()
@@ -67,7 +68,8 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt(by=by)  # type: ignore[arg-type]
     async with runtime.store.transaction() as tx:
-        turn = tx.running_turn(session_id)
+        # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
+        turn = tx.interruptible_turn(session_id)
         live = None if turn is None else runtime.turns.get(turn.id)
         # Already stopping (for a reason that records no intent: an internal error, a shutdown) or
         # settling: too late to stop it, and the outcome must not change.
@@ -98,6 +100,7 @@ async def reply_permission(
         _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
+        _refuse_if_parked(tx, session_id, turn_id)
         tx.reply_permission(request_id, decision, message)
         replied = tx.get_permission(request_id)
         assert replied is not None
@@ -126,6 +129,33 @@ def _refuse_if_closing(runtime: Runtime) -> None:
     answered after the restart)."""
     if runtime.closing:
         raise errors.CoordinatorClosed(message="the coordinator is shutting down")
+
+
+def _refuse_if_parked(tx: SqliteTx, session_id: str, turn_id: str) -> None:
+    """A parked turn's waits are kept as they are, like a shutdown keeps them: a reply taken now would
+    find no live wait, and its resume would fail the call as interrupted instead of running it."""
+    if tx.is_parked(turn_id):
+        raise errors.SessionSuspended(
+            message=f"session {session_id!r} is suspended: resume it (POST .../resume) to answer its "
+            "waits, or interrupt it",
+            session_id=session_id,
+        )
+
+
+async def resume(runtime: Runtime, session_id: str) -> TurnRow:
+    """Release the session's parked turn for its resume; returns it as it was when parked.
+
+    **Raises:** ``NothingToResume`` when no turn of the session is parked; ``CoordinatorClosed``.
+    """
+    async with runtime.store.transaction() as tx:
+        _refuse_if_closing(runtime)
+        turn = tx.parked_turn(session_id)
+        if turn is None or not tx.unpark_turn(turn.id):
+            raise errors.NothingToResume(
+                message=f"session {session_id!r} has no suspended turn to resume", session_id=session_id
+            )
+    log.info("resume_requested", session_id=session_id, turn_id=turn.id)
+    return turn
 
 
 def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> PermissionRequest:
@@ -168,6 +198,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
     async with runtime.store.transaction() as tx:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
+        _refuse_if_parked(tx, session_id, _form_turn(tx, form_id))
         _validate_answers(form, answers)
         tx.settle_form(form_id, "submitted", answers=answers)
         submitted = tx.get_form(form_id)
@@ -183,6 +214,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _form_turn(tx, form_id)
+        _refuse_if_parked(tx, session_id, turn_id)
         tx.settle_form(form_id, "cancelled", message=message or None)
         cancelled = tx.get_form(form_id)
         assert cancelled is not None

@@ -27,6 +27,7 @@ from coordinator.server.bodies import (
     PromptBody,
     ReplyBody,
     ReplyResult,
+    ResumeAccepted,
     read_body,
 )
 from coordinator.server.edge import Edge, EdgePolicy
@@ -180,6 +181,11 @@ async def interrupt(request: Request) -> Response:
     return _json(InterruptResult(interrupted=stopped))
 
 
+async def resume(request: Request) -> Response:
+    turn_id = await _coordinator(request).resume(request.path_params["sid"])
+    return _json(ResumeAccepted(turn_id=turn_id), 202)
+
+
 async def history(request: Request) -> Response:
     return _json(await _coordinator(request).history(request.path_params["sid"]))
 
@@ -320,6 +326,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="POST", path="/api/session/{sid}/interrupt", name="interrupt",
               summary="Stop the running turn (reason interrupt, by api)", endpoint=interrupt,
               response=InterruptResult, errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/resume", name="resume",
+              summary="Resume the suspended turn a start with [server] resume = \"manual\" left",
+              endpoint=resume, status=202, response=ResumeAccepted,
+              errors=(*_SESSION, errors.NothingToResume, *_CLOSED)),
     Operation(method="GET", path="/api/session/{sid}/message", name="history",
               summary="The history: messages with their parts", endpoint=history,
               response=list[Message], errors=_SESSION),
@@ -332,21 +342,23 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="POST", path="/api/session/{sid}/permission/{rid}/reply", name="reply_permission",
               summary="Answer a permission request", endpoint=reply_permission, body=ReplyBody,
               response=ReplyResult,
-              errors=(*_SESSION, errors.PermissionNotFound, errors.PermissionAlreadySettled)),
+              errors=(*_SESSION, errors.PermissionNotFound, errors.PermissionAlreadySettled,
+                      errors.SessionSuspended)),
     Operation(method="GET", path="/api/session/{sid}/form", name="session_forms",
               summary="The session's pending question forms", endpoint=session_forms,
               response=list[Form], errors=_SESSION),
     Operation(method="POST", path="/api/session/{sid}/form/{fid}", name="submit_form",
               summary="Answer a question form (every question, by id; 400 otherwise)", endpoint=submit_form,
               body=FormAnswersBody,
-              response=Form, errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
+              response=Form,
+              errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled, errors.SessionSuspended)),
     Operation(method="DELETE", path="/api/session/{sid}/form/{fid}", name="dismiss_form",
               summary="Dismiss a form: a declined stop, or feedback when ?message= is given",
               endpoint=dismiss_form, response=Form,
               parameters=(Parameter(name="message", where="query", hint=str,
                                     constraints={"maxLength": MAX_TEXT},
                                     description="feedback for the model; the turn goes on"),),
-              errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
+              errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled, errors.SessionSuspended)),
     Operation(method="GET", path="/api/event", name="events", summary="Every event, replayed then live",
               endpoint=all_events, stream=True, parameters=_EVENT_PARAMETERS),
     Operation(method="GET", path="/api/session/{sid}/event", name="session_events",

@@ -215,7 +215,8 @@ class Queries:
         start settles it as that stop instead of resuming it.
         """
         self.db.execute(
-            "UPDATE turns SET status = 'stopping', stop_reason = ? WHERE id = ? AND status IN ('running', 'suspended')",
+            "UPDATE turns SET status = 'stopping', stop_reason = ?, parked = 0 "
+            "WHERE id = ? AND status IN ('running', 'suspended')",
             (dump_reason(reason), turn_id),
         )
         return self.db.changes() == 1
@@ -229,9 +230,54 @@ class Queries:
     def mark_resumed(self, turn_id: str, after: str) -> bool:
         """Count a resume of a suspended or crashed turn. False if a stop was decided meanwhile."""
         self.db.execute(
-            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ? "
+            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ?, parked = 0 "
             "WHERE id = ? AND status IN ('running', 'suspended')",
             (after, turn_id),
+        )
+        return self.db.changes() == 1
+
+    # Parked turns (``[server] resume = "manual"``, contract section 14): suspended or crashed turns a
+    # start left for ``POST /api/session/{sid}/resume``; ``turns.parked`` keeps them so across restarts.
+    def park_turn(self, turn_id: str) -> bool:
+        """Park an unfinished turn that is not stopping. False if it moved on or is parked already."""
+        self.db.execute(
+            "UPDATE turns SET parked = 1 WHERE id = ? AND parked = 0 AND status IN ('running', 'suspended')",
+            (turn_id,),
+        )
+        return self.db.changes() == 1
+
+    def unpark_turn(self, turn_id: str) -> bool:
+        """Release a parked turn for its resume. False if it is not parked (any more)."""
+        self.db.execute("UPDATE turns SET parked = 0 WHERE id = ? AND parked = 1", (turn_id,))
+        return self.db.changes() == 1
+
+    def parked_turn_ids(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 1")}
+
+    def is_parked(self, turn_id: str) -> bool:
+        return self._one("SELECT 1 FROM turns WHERE id = ? AND parked = 1", (turn_id,)) is not None
+
+    def parked_turn(self, session_id: str) -> TurnRow | None:
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND parked = 1", (session_id,)
+        )
+        return None if row is None else TurnRow.from_row(row)
+
+    def interruptible_turn(self, session_id: str) -> TurnRow | None:
+        """The turn an interrupt stops: the running one, else a parked one (its claim suspended)."""
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? "
+            "AND (status = 'running' OR (status = 'suspended' AND parked = 1)) ORDER BY ord LIMIT 1",
+            (session_id,),
+        )
+        return None if row is None else TurnRow.from_row(row)
+
+    def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
+        """Compare-and-set: the claim a dead ``dead_owner`` holds becomes suspended (owner kept, for the
+        record; the epoch unchanged: the next owner's takeover raises it). False if another took it."""
+        self.db.execute(
+            "UPDATE claims SET state = 'suspended' WHERE session_id = ? AND state = 'held' AND owner IS ?",
+            (session_id, dead_owner),
         )
         return self.db.changes() == 1
 
