@@ -147,3 +147,57 @@ async def test_a_parked_turn_stays_parked_when_the_next_start_is_automatic(
         assert (await coord.get_session(session_id)).status == "suspended"
         await coord.resume(session_id)
         await recorder.wait_for("permission.asked", 2)
+
+
+async def test_a_prompt_to_a_parked_session_waits_behind_the_parked_turn(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """The parked turn is still the session's current one: a new prompt is queued (202) and runs only
+    after the resumed turn has finished."""
+    config = manual(config_for(tmp_path, tool=0))
+    session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
+    async with running(config, [DONE]) as (coord, recorder):
+        queued = await coord.prompt(session_id, "next")
+        await trio.sleep(5)
+        assert recorder.types(session_id) == before
+        assert (await coord.get_session(session_id)).status == "suspended"
+        await coord.resume(session_id)
+        request = (await recorder.wait_for("permission.asked", 2)).payload["request"]
+        await coord.reply_permission(session_id, request["id"], "once")
+        await recorder.wait_for("session.idle", 2)
+        started = recorder.of("session.turn.started")
+        assert [e.payload["turn_id"] for e in started][-1] == queued
+        assert recorder.types(session_id)[-6:] == [
+            "session.idle",
+            "session.turn.started",
+            "session.step.started",
+            "session.step.succeeded",
+            "session.execution.succeeded",
+            "session.idle",
+        ]
+
+
+async def test_a_manual_resume_counts_toward_max_resumes(tmp_path: Path, autojump_clock: Any) -> None:
+    """``max_resumes`` holds whoever resumes: a turn resumed that often fails with reason error when
+    resumed by hand again, and its kept request is revoked."""
+    config = manual(config_for(tmp_path, tool=0))
+    config = attrs.evolve(config, server=attrs.evolve(config.server, max_resumes=1))
+    session_id, _ = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
+    async with running(config, [DONE]) as (coord, recorder):
+        await coord.resume(session_id)
+        await recorder.wait_for("permission.asked", 2)
+        await trio.testing.wait_all_tasks_blocked()
+    async with running(config, [DONE]) as (coord, recorder):
+        await coord.resume(session_id)
+        failed = await recorder.wait_for("session.execution.failed")
+        assert "resumed 1 times" in failed.payload["reason"]["message"]
+        await recorder.wait_for("session.idle")
+        assert recorder.types(session_id)[-5:] == [
+            "session.execution.suspended",
+            "permission.revoked",
+            "session.tool.failed",
+            "session.execution.failed",
+            "session.idle",
+        ]
+        info = await coord.get_session(session_id)
+        assert (info.status, info.claim, info.last_outcome) == ("idle", None, "failed")
