@@ -9,6 +9,7 @@ would), and what the model was sent.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from tests.scenarios.test_restarts_process import (
     start_turn,
     stop,
 )
-from tests.servers import Watched, group_gone, wait_group_gone, watched_server, write_config
+from tests.servers import Watched, group_gone, server_env, wait_group_gone, watched_server, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -170,7 +171,7 @@ async def test_kill_during_a_permission_wait_then_resume_restores_the_same_reque
     tmp_path: Path,
 ) -> None:
     """After kill -9 the session reads suspended (its claim no longer held by the dead owner); the
-    resume is a crash's: the step fails, the request is re-published with its id."""
+    resume (here by the CLI) is a crash's: the step fails, the request is re-published with its id."""
     async with site(tmp_path, answering(SHELL_CALL), resume="manual") as s:
         async with s.running("first") as first:
             session_id = await start_turn(first, "permission.asked")
@@ -181,9 +182,14 @@ async def test_kill_during_a_permission_wait_then_resume_restores_the_same_reque
             info = await second.client.get_session(session_id)
             assert info.claim is not None and info.claim.owner == first.server.instance_id()
             assert [r.id for r in await second.client.pending_permissions()] == [asked["id"]]
-            await resume(second, session_id)
+            # `coordinator resume SID`, as an operator at a terminal would: it prints the turn's id.
+            argv = [sys.executable, "-m", "coordinator", "resume", "--url", second.server.url, session_id]
+            cli = await trio.run_process(argv, capture_stdout=True, env=server_env())
+            turn_id = first.log.of("session.turn.started")[0]["turn_id"]
+            assert cli.stdout.decode() == f"{turn_id}\n"
             restored = await second.log.wait_for("permission.asked", session_id, count=2)
             assert restored["restored"] is True and restored["request"]["id"] == asked["id"]
+            assert (await post(second, session_id, "resume")).status_code == 409
             assert len(s.mock.requests) == 1
             await second.client.reply_permission(session_id, asked["id"], "once")
             await second.log.wait_for("session.idle", session_id)
