@@ -183,6 +183,8 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        if decision == "reject" and not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return replied
 
@@ -204,6 +206,8 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        if not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return form
 

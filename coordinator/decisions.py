@@ -100,7 +100,6 @@ async def reply_permission(
         _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
-        _refuse_if_parked(tx, session_id, turn_id)
         tx.reply_permission(request_id, decision, message)
         replied = tx.get_permission(request_id)
         assert replied is not None
@@ -129,17 +128,6 @@ def _refuse_if_closing(runtime: Runtime) -> None:
     answered after the restart)."""
     if runtime.closing:
         raise errors.CoordinatorClosed(message="the coordinator is shutting down")
-
-
-def _refuse_if_parked(tx: SqliteTx, session_id: str, turn_id: str) -> None:
-    """A parked turn's waits are kept as they are, like a shutdown keeps them: a reply taken now would
-    find no live wait, and its resume would fail the call as interrupted instead of running it."""
-    if tx.is_parked(turn_id):
-        raise errors.SessionSuspended(
-            message=f"session {session_id!r} is suspended: resume it (POST .../resume) to answer its "
-            "waits, or interrupt it",
-            session_id=session_id,
-        )
 
 
 async def resume(runtime: Runtime, session_id: str) -> TurnRow:
@@ -198,7 +186,6 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
     async with runtime.store.transaction() as tx:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
-        _refuse_if_parked(tx, session_id, _form_turn(tx, form_id))
         _validate_answers(form, answers)
         tx.settle_form(form_id, "submitted", answers=answers)
         submitted = tx.get_form(form_id)
@@ -214,7 +201,6 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _form_turn(tx, form_id)
-        _refuse_if_parked(tx, session_id, turn_id)
         tx.settle_form(form_id, "cancelled", message=message or None)
         cancelled = tx.get_form(form_id)
         assert cancelled is not None

@@ -17,7 +17,6 @@
     │   ├── PermissionAlreadySettled     409: replied or revoked before this reply
     │   ├── FormAlreadySettled           409: submitted, cancelled or revoked before
     │   ├── NothingToResume              409: the session has no parked turn to resume
-    │   ├── SessionSuspended             409: its turn is parked; resume or interrupt it first
     │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
     │   └── InternalError                500: anything unexpected; its traceback stays in the log
     ├── ConfigError                      a bad config file or flag (the CLI exits 2)
@@ -201,18 +200,6 @@ class NothingToResume(ClientError):
     runs, or an automatic resume (or another resume) has taken the turn already."""
 
     name: ClassVar[str] = "NothingToResume"
-    status: ClassVar[int] = 409
-
-    session_id: str = ""
-
-
-@attrs.define(eq=False)
-class SessionSuspended(ClientError):
-    """A reply or form answer for a wait of a parked turn: the wait is kept with its id and is answered
-    once the turn is resumed (``resume``), or it is revoked by an ``interrupt``. Unlike
-    ``PermissionAlreadySettled``, the wait is still pending."""
-
-    name: ClassVar[str] = "SessionSuspended"
     status: ClassVar[int] = 409
 
     session_id: str = ""

@@ -131,9 +131,9 @@ class Registry:
         return turn.id
 
     def settle_decided_stop(self, session_id: str) -> None:
-        """Settle now a stop just committed for a turn no actor runs (an interrupt of a parked turn),
-        rather than at the watch's next look: its waits are revoked, its calls fail, then the terminal
-        event and ``session.idle``."""
+        """Settle now a stop just committed for a turn no actor runs (an interrupt of a parked turn, a
+        reject or a dismissal of one of its waits), rather than at the watch's next look: its waits are
+        revoked, its calls fail, then the terminal event and ``session.idle``."""
         read = self._runtime.store.read
         turn = read.next_turn(session_id)
         claim = read.get_claim(session_id)

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from coordinator.config import Config
-from coordinator.errors import NothingToResume, SessionSuspended
+from coordinator.errors import NothingToResume
 from coordinator.models.scripted import ScriptedModel
 from tests.conftest import running
 from tests.scenarios.test_crash_resume import crash_at
@@ -43,8 +43,8 @@ async def suspend_at(config: Config, script: list[dict[str, Any]], wait_for: str
 async def test_a_manual_start_parks_a_suspended_wait_and_resume_restores_it_once(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
-    """Nothing runs until the resume; the request keeps its id, replies wait for the resume, and a
-    second resume finds nothing."""
+    """Nothing runs until the resume; the request keeps its id and is asked again, and a second resume
+    finds nothing."""
     config = manual(config_for(tmp_path, tool=0))
     session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
     assert before[-1] == "session.execution.suspended"
@@ -55,8 +55,6 @@ async def test_a_manual_start_parks_a_suspended_wait_and_resume_restores_it_once
         info = await coord.get_session(session_id)
         assert info.status == "suspended" and info.claim is not None
         [pending] = await coord.pending_permissions(session_id)
-        with pytest.raises(SessionSuspended):
-            await coord.reply_permission(session_id, pending.id, "once")
         turn_id = await coord.resume(session_id)
         with pytest.raises(NothingToResume):
             await coord.resume(session_id)
@@ -201,3 +199,54 @@ async def test_a_manual_resume_counts_toward_max_resumes(tmp_path: Path, autojum
         ]
         info = await coord.get_session(session_id)
         assert (info.status, info.claim, info.last_outcome) == ("idle", None, "failed")
+
+
+async def test_a_reply_while_parked_is_applied_by_the_resume(tmp_path: Path, autojump_clock: Any) -> None:
+    """An approval given while the turn is parked runs nothing then; the resume runs the tool once,
+    without asking again."""
+    config = manual(config_for(tmp_path, tool=0))
+    session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
+    model = CountingModel(ScriptedModel.from_json([DONE]))
+    async with running(config, model=model) as (coord, recorder):
+        [pending] = await coord.pending_permissions(session_id)
+        assert (await coord.reply_permission(session_id, pending.id, "once")).status == "replied"
+        await trio.sleep(5)
+        assert recorder.types(session_id) == [*before, "permission.replied"]
+        assert (await coord.get_session(session_id)).status == "suspended"
+        await coord.resume(session_id)
+        await recorder.wait_for("session.idle")
+        assert recorder.types(session_id)[len(before) :] == [
+            "permission.replied",
+            "session.execution.resumed",
+            "session.tool.succeeded",
+            *RESUMED_SUCCESS,
+        ]
+        assert len(recorder.of("permission.asked")) == 1
+        assert len(model.requests) == 1
+
+
+async def test_a_reject_while_parked_settles_the_turn_declined_at_once(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A reject is a stop decided while the turn is down: it ends the turn declined, never resumed."""
+    config = manual(config_for(tmp_path, tool=0))
+    session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
+    model = CountingModel(ScriptedModel.from_json([DONE]))
+    async with running(config, model=model) as (coord, recorder):
+        [pending] = await coord.pending_permissions(session_id)
+        await coord.reply_permission(session_id, pending.id, "reject")
+        await recorder.wait_for("session.idle")
+        assert recorder.types(session_id)[len(before) :] == [
+            "permission.replied",
+            "session.tool.failed",
+            "session.execution.interrupted",
+            "session.idle",
+        ]
+        declined = {"type": "declined", "via": "permission", "call_id": "call_1"}
+        assert recorder.of("session.execution.interrupted")[0].payload["reason"] == declined
+        assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "declined"
+        with pytest.raises(NothingToResume):
+            await coord.resume(session_id)
+        info = await coord.get_session(session_id)
+        assert (info.status, info.claim, info.last_outcome) == ("idle", None, "declined")
+        assert model.requests == []

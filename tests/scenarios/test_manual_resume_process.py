@@ -85,8 +85,8 @@ async def resume(run: Watched, session_id: str) -> str:
 async def test_sigterm_during_a_permission_wait_then_a_manual_start_runs_nothing_until_resumed(
     tmp_path: Path,
 ) -> None:
-    """The kept request keeps its id and refuses replies while parked; the resume restores it once and
-    asks the model nothing until it is answered."""
+    """The kept request keeps its id and may be answered while parked, which runs nothing; the resume
+    applies the answer: the tool runs once, and the model is asked once more."""
     async with site(tmp_path, answering(SHELL_CALL), resume="manual") as s:
         async with s.running("first") as first:
             session_id = await start_turn(first, "permission.asked")
@@ -99,30 +99,23 @@ async def test_sigterm_during_a_permission_wait_then_a_manual_start_runs_nothing
             ]
             await assert_left_alone(second, session_id, SUSPENDED_IN_PERMISSION)
             assert [r.id for r in await second.client.pending_permissions(session_id)] == [asked["id"]]
-            async with httpx.AsyncClient(base_url=second.server.url) as http:
-                refused = await http.post(
-                    f"/api/session/{session_id}/permission/{asked['id']}/reply", json={"decision": "once"}
-                )
-            assert (refused.status_code, refused.json()["error"]["name"]) == (409, "SessionSuspended")
+            await second.client.reply_permission(session_id, asked["id"], "once")
+            await assert_left_alone(second, session_id, [*SUSPENDED_IN_PERMISSION, "permission.replied"])
             assert len(s.mock.requests) == 1
 
             turn_id = await resume(second, session_id)
-            restored = await second.log.wait_for("permission.asked", session_id, count=2)
-            assert restored["restored"] is True and restored["request"]["id"] == asked["id"]
-            await assert_session(second, session_id, "busy", None)
-            assert len(s.mock.requests) == 1  # a restored wait asks the model nothing
-            await second.client.reply_permission(session_id, asked["id"], "once")
             await second.log.wait_for("session.idle", session_id)
             assert second.types(session_id) == [
                 *SUSPENDED_IN_PERMISSION,
-                "session.execution.resumed",
-                "permission.asked",
                 "permission.replied",
+                "session.execution.resumed",
                 "session.tool.succeeded",
                 *RESUMED_SUCCESS,
             ]
             resumed = second.log.of("session.execution.resumed")
             assert [(e["turn_id"], e["after"]) for e in resumed] == [(turn_id, "shutdown")]
+            succeeded = second.log.of("session.tool.succeeded")[0]
+            assert succeeded["output"]["stdout"].strip() == "hi"
             assert len(s.mock.requests) == 2 and mentions_restart(s.mock.requests[1])
             await assert_session(second, session_id, "idle", "succeeded")
             assert (await post(second, session_id, "resume")).status_code == 409

@@ -154,12 +154,7 @@ export class Dialogs {
   }
 
   failed(entry, error) {
-    if (error.errorName === "SessionSuspended") {
-      // Still pending, kept for the resume with its id: the dialog stays, and the answer can be sent
-      // again once the turn goes on.
-      entry.error.textContent = "Not sent: the session is suspended; press Resume first (or Interrupt).";
-      setDisabled(entry, false);
-    } else if (error.status === 409 || error.status === 404) {
+    if (error.status === 409 || error.status === 404) {
       this.settled.add(entry.id);
       this.remove(entry);
       const words =
