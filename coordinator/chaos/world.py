@@ -116,7 +116,9 @@ def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) 
     sessions = 0 if setup.scenario is not None else 1
     script = setup.script or ({"text": "done"},)
     timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
-    server = attrs.evolve(user.server, db=str(db))
+    # The campaign checks section 6's resume rules (invariant 3): its restarts resume, whatever the
+    # user's `[server] resume` says, or "manual" would leave every restarted turn parked.
+    server = attrs.evolve(user.server, db=str(db), resume="auto")
     config = attrs.evolve(user, server=server, timeouts=timeouts, model=ModelConfig(provider="scripted"))
     external = _own_deadlines(user) | (
         frozenset({"interrupt", "declined"}) if setup.scenario else frozenset()
