@@ -289,3 +289,37 @@ async def test_resume_auto_is_the_default_behaviour_and_resume_finds_nothing(tmp
             missing = await post(second, "ses_unknown", "resume")
             assert (missing.status_code, missing.json()["error"]["name"]) == (404, "SessionNotFound")
         assert len(s.mock.requests) == 2
+
+
+async def test_a_manual_node_parks_the_turn_of_a_node_that_died_instead_of_taking_it_over(
+    tmp_path: Path,
+) -> None:
+    """Two processes on one database: the "auto" owner is killed; the live "manual" node's watch parks
+    its turn (it does not take it over), and a resume through that node runs it once, as a crash."""
+    async with site(tmp_path, answering(SHELL_CALL), resume="manual") as s:
+        async with running_with(s, automatic(s), "auto") as owner:
+            session_id = await start_turn(owner, "permission.asked")
+            asked = owner.log.of("permission.asked")[0]["request"]
+            async with s.running("manual") as other:
+                await other.log.wait_for("permission.asked", session_id)
+                await owner.server.kill()
+                with trio.fail_after(10):  # the lease (1 s) and the watch interval (1 s), with room
+                    while not other.server.logged("turn_parked"):  # noqa: ASYNC110 (another process's log)
+                        await trio.sleep(0.05)
+                await assert_left_alone(other, session_id, SUSPENDED_IN_PERMISSION[:5])
+                await resume(other, session_id)
+                restored = await other.log.wait_for("permission.asked", session_id, count=2)
+                assert restored["request"]["id"] == asked["id"]
+                await other.client.reply_permission(session_id, asked["id"], "once")
+                await other.log.wait_for("session.idle", session_id)
+                assert other.types(session_id)[5:] == [
+                    "session.execution.resumed",
+                    "session.step.failed",
+                    "permission.asked",
+                    "permission.replied",
+                    "session.tool.succeeded",
+                    *RESUMED_SUCCESS,
+                ]
+                assert [e["after"] for e in other.log.of("session.execution.resumed")] == ["crash"]
+                await assert_session(other, session_id, "idle", "succeeded")
+        assert len(s.mock.requests) == 2 and mentions_restart(s.mock.requests[1])
