@@ -196,8 +196,11 @@ class FormAlreadySettled(ClientError):
 
 @attrs.define(eq=False)
 class NothingToResume(ClientError):
-    """``resume``: the session has no parked turn (``[server] resume = "manual"``): it is idle, its turn
-    runs, or an automatic resume (or another resume) has taken the turn already."""
+    """The session has no suspended turn to resume.
+
+    Only a turn parked by a start with ``[server] resume = "manual"`` is resumed by hand: the session is
+    idle, its turn runs, or an automatic resume (or another resume) has taken the turn already.
+    """
 
     name: ClassVar[str] = "NothingToResume"
     status: ClassVar[int] = 409
