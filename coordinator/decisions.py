@@ -131,14 +131,14 @@ def _refuse_if_closing(runtime: Runtime) -> None:
 
 
 async def resume(runtime: Runtime, session_id: str) -> TurnRow:
-    """Release the session's parked turn for its resume; returns it as it was when parked.
+    """Release the session's parked turn for its resume (its takeover comes next); returns it.
 
     **Raises:** ``NothingToResume`` when no turn of the session is parked; ``CoordinatorClosed``.
     """
     async with runtime.store.transaction() as tx:
         _refuse_if_closing(runtime)
         turn = tx.parked_turn(session_id)
-        if turn is None or not tx.unpark_turn(turn.id):
+        if turn is None or not tx.release_parked(turn.id):
             raise errors.NothingToResume(
                 message=f"session {session_id!r} has no suspended turn to resume", session_id=session_id
             )

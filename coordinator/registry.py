@@ -60,6 +60,7 @@ class Registry:
         """
         read = self._runtime.store.read
         parked = read.parked_turn_ids()
+        asked = read.resume_asked_turn_ids()  # by a resume whose instance died before its takeover
         manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
         for turn in read.unfinished_turns():
@@ -67,7 +68,7 @@ class Registry:
             # A session whose actor lives here is taken over by it already (a resume just asked).
             if takeover is None or turn.session_id in self._actors:
                 continue
-            if turn.status != "stopping" and (turn.id in parked or manual):
+            if turn.status != "stopping" and turn.id not in asked and (turn.id in parked or manual):
                 if turn.id not in parked:
                     await self._park(turn, takeover)
                 continue

@@ -238,18 +238,25 @@ class Queries:
 
     # Parked turns (``[server] resume = "manual"``, contract section 14): suspended or crashed turns a
     # start left for ``POST /api/session/{sid}/resume``; ``turns.parked`` keeps them so across restarts.
+    # 0: not parked; 1: parked; 2: a resume was asked and the turn awaits its takeover: no one parks it
+    # again (a watch that read it unparked before the resume), and any instance may take it over.
     def park_turn(self, turn_id: str) -> bool:
-        """Park an unfinished turn that is not stopping. False if it moved on or is parked already."""
+        """Park an unfinished turn that is not stopping. False if it moved on, is parked already, or a
+        resume was asked for it meanwhile."""
         self.db.execute(
             "UPDATE turns SET parked = 1 WHERE id = ? AND parked = 0 AND status IN ('running', 'suspended')",
             (turn_id,),
         )
         return self.db.changes() == 1
 
-    def unpark_turn(self, turn_id: str) -> bool:
-        """Release a parked turn for its resume. False if it is not parked (any more)."""
-        self.db.execute("UPDATE turns SET parked = 0 WHERE id = ? AND parked = 1", (turn_id,))
+    def release_parked(self, turn_id: str) -> bool:
+        """Ask the resume of a parked turn (compare-and-set). False if it is not parked (any more)."""
+        self.db.execute("UPDATE turns SET parked = 2 WHERE id = ? AND parked = 1", (turn_id,))
         return self.db.changes() == 1
+
+    def resume_asked_turn_ids(self) -> set[str]:
+        """Turns released from parking whose takeover has not happened yet."""
+        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 2")}
 
     def parked_turn_ids(self) -> set[str]:
         return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 1")}
@@ -267,7 +274,7 @@ class Queries:
         """The turn an interrupt stops: the running one, else a parked one (its claim suspended)."""
         row = self._one(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? "
-            "AND (status = 'running' OR (status = 'suspended' AND parked = 1)) ORDER BY ord LIMIT 1",
+            "AND (status = 'running' OR (status = 'suspended' AND parked != 0)) ORDER BY ord LIMIT 1",
             (session_id,),
         )
         return None if row is None else TurnRow.from_row(row)

@@ -250,3 +250,22 @@ async def test_a_reject_while_parked_settles_the_turn_declined_at_once(
         info = await coord.get_session(session_id)
         assert (info.status, info.claim, info.last_outcome) == ("idle", None, "declined")
         assert model.requests == []
+
+
+async def test_a_resume_asked_before_a_crash_is_carried_out_by_the_next_start(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """The resume was committed but its instance died before taking the turn over: the next start,
+    even a manual one, resumes it (the person asked for it), exactly once."""
+    config = manual(config_for(tmp_path, tool=0))
+    session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
+    async with running(config, [DONE]) as (coord, recorder):
+        [turn_id] = coord.store.read.parked_turn_ids()
+        async with coord.store.transaction() as tx:
+            assert tx.release_parked(turn_id)  # what resume commits first
+        await coord.abandon()
+    async with running(config, [DONE]) as (coord, recorder):
+        await recorder.wait_for("permission.asked", 2)
+        assert recorder.types(session_id)[len(before) :] == ["session.execution.resumed", "permission.asked"]
+        with pytest.raises(NothingToResume):
+            await coord.resume(session_id)
