@@ -65,6 +65,9 @@ model:
 	$(MODEL_CHECK) safety counterexample -DMAIN_BEGIN_UNCHECKED
 	$(MODEL_CHECK) safety counterexample -DMAIN_PENDING_ONLY
 	$(MODEL_CHECK) safety counterexample -DNODES=3 -DPAUSES=0 -DTRIES=1 -DMAIN_STEALS_SUSPENDED
+	$(MODEL_CHECK) safety clean -DMANUAL
+	$(MODEL_CHECK) safety clean -DMANUAL -DNODES=3 -DPAUSES=0 -DTRIES=1
+	$(MODEL_CHECK) safety counterexample -DMANUAL -DBROKEN_PLAIN_UNPARK
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

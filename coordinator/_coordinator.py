@@ -152,14 +152,33 @@ class Coordinator:
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
 
-        Returns once the stop is recorded, before cleanup ends.
+        A turn parked by ``[server] resume = "manual"`` is stopped too: it settles as interrupted (its
+        waits revoked) without running again. Returns once the stop is recorded, before cleanup ends.
 
         **Raises:** ``SessionNotFound``.
         """
         self._session(session_id)
         stopped = await decisions.interrupt(self._runtime, session_id, by)
+        if stopped:
+            self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         await self._durable()
         return stopped
+
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's suspended turn that a start with ``[server] resume = "manual"`` parked;
+        returns its id. The turn then runs as an automatic resume would (``session.execution.resumed``,
+        its waits restored with their ids), and the resume counts toward ``[server] max_resumes``.
+
+        Returns once the resume is committed, before the turn runs again.
+
+        **Raises:** ``SessionNotFound``; ``NothingToResume`` when no turn of the session is parked (it
+        is idle or running, or was resumed already); ``CoordinatorClosed`` during a shutdown.
+        """
+        self._check_open()
+        self._session(session_id)
+        turn_id = await self._registry.resume(session_id)
+        await self._durable()
+        return turn_id
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         await self._durable()
@@ -179,6 +198,8 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        if decision == "reject" and not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return replied
 
@@ -200,6 +221,8 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        if not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return form
 
@@ -368,7 +391,7 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
     liveness = claims.Liveness(me=instance, lease=lease)
-    recovered = registry.recover(liveness)
+    recovered = await registry.recover(liveness)
     root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
     keep_days = runtime.config.store.keep_events_days
     if keep_days > 0:

@@ -115,6 +115,14 @@ class CoordinatorClient:
         data = await self._call("POST", _session_path(session_id, "interrupt"))
         return bool(data["interrupted"])
 
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's suspended turn (``[server] resume = "manual"``); returns its id.
+
+        **Raises:** ``SessionNotFound``, ``NothingToResume`` (nothing is suspended).
+        """
+        data = await self._call("POST", _session_path(session_id, "resume"))
+        return str(data["turn_id"])
+
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         """Pending permission requests of one session, or of all. **Raises:** ``SessionNotFound``."""
         path = "/api/permission" if session_id is None else _session_path(session_id, "permission")

@@ -28,6 +28,9 @@ class ServerConfig:
     token: str = ""
     lease: float = 15
     max_resumes: int = 5
+    resume: Literal["auto", "manual"] = "auto"
+    """``auto``: a start resumes suspended and crashed turns (contract section 6); ``manual``: it parks
+    them, suspended, until ``POST /api/session/{sid}/resume`` or an interrupt (section 14)."""
     shutdown_grace: float = 10
     allowed_hosts: tuple[str, ...] = ()
     """Host names (``agents.example.com``) answered besides the loopback ones (contract section 10)."""

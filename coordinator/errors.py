@@ -17,6 +17,7 @@
     │   ├── PermissionAlreadySettled     409: replied or revoked before this reply
     │   ├── FormAlreadySettled           409: submitted, cancelled or revoked before
     │   ├── SessionBusy                  409: a delete of a session whose turn is not settled
+    │   ├── NothingToResume              409: the session has no parked turn to resume
     │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
     │   └── InternalError                500: anything unexpected; its traceback stays in the log
     ├── ConfigError                      a bad config file or flag (the CLI exits 2)
@@ -204,6 +205,20 @@ class SessionBusy(ClientError):
 
     session_id: str = ""
     turns: list[str] = attrs.Factory(list)
+
+
+@attrs.define(eq=False)
+class NothingToResume(ClientError):
+    """The session has no suspended turn to resume.
+
+    Only a turn parked by a start with ``[server] resume = "manual"`` is resumed by hand: the session is
+    idle, its turn runs, or an automatic resume (or another resume) has taken the turn already.
+    """
+
+    name: ClassVar[str] = "NothingToResume"
+    status: ClassVar[int] = 409
+
+    session_id: str = ""
 
 
 @attrs.define(eq=False)

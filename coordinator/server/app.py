@@ -27,6 +27,7 @@ from coordinator.server.bodies import (
     PromptBody,
     ReplyBody,
     ReplyResult,
+    ResumeAccepted,
     read_body,
 )
 from coordinator.server.edge import Edge, EdgePolicy
@@ -185,6 +186,11 @@ async def interrupt(request: Request) -> Response:
     return _json(InterruptResult(interrupted=stopped))
 
 
+async def resume(request: Request) -> Response:
+    turn_id = await _coordinator(request).resume(request.path_params["sid"])
+    return _json(ResumeAccepted(turn_id=turn_id), 202)
+
+
 async def history(request: Request) -> Response:
     return _json(await _coordinator(request).history(request.path_params["sid"]))
 
@@ -328,6 +334,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="POST", path="/api/session/{sid}/interrupt", name="interrupt",
               summary="Stop the running turn (reason interrupt, by api)", endpoint=interrupt,
               response=InterruptResult, errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/resume", name="resume",
+              summary="Resume the suspended turn a start with [server] resume = \"manual\" left",
+              endpoint=resume, status=202, response=ResumeAccepted,
+              errors=(*_SESSION, errors.NothingToResume, *_CLOSED)),
     Operation(method="GET", path="/api/session/{sid}/message", name="history",
               summary="The history: messages with their parts", endpoint=history,
               response=list[Message], errors=_SESSION),

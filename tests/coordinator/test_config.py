@@ -109,6 +109,16 @@ def test_keep_events_days_defaults_to_keeping_everything_and_takes_fractions(tmp
     )
 
 
+def test_resume_policy_defaults_to_auto_and_takes_manual(tmp_path: Path) -> None:
+    """An operator who wants sessions paused at start says so in one key; the default changes nothing."""
+    assert load_config(write_config(tmp_path, "")).server.resume == "auto"
+    assert load_config(write_config(tmp_path, '[server]\nresume = "manual"\n')).server.resume == "manual"
+    assert config_from(Config(base_dir=tmp_path), resume="manual").server.resume == "manual"
+    with pytest.raises(ConfigError) as caught:
+        config_from(Config(base_dir=tmp_path), resume="paused")
+    assert str(caught.value) == '[server].resume: expected one of auto, manual, got "paused"'
+
+
 def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
     """Seconds may be written as whole numbers or with a fraction."""
     config = load_config(write_config(tmp_path, "[timeouts]\nstep = 2\ntool = 0.5\n"))
@@ -143,6 +153,14 @@ def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
         (
             "[server]\nmax_resumes = -1\n",
             "coordinator.toml: [server].max_resumes: expected an integer 0 or more, got -1",
+        ),
+        (
+            '[server]\nresume = "later"\n',
+            'coordinator.toml: [server].resume: expected one of auto, manual, got "later"',
+        ),
+        (
+            "[server]\nresume = true\n",
+            "coordinator.toml: [server].resume: expected one of auto, manual, got true",
         ),
         ("[timeouts]\nstep = -1\n", "coordinator.toml: [timeouts].step: expected a number 0 or more, got -1"),
         (
@@ -196,7 +214,7 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[server]\nprot = 1\n",
             "coordinator.toml: [server].prot: unknown key (expected one of host, port, db, token, lease, "
-            "max_resumes, shutdown_grace, allowed_hosts, cors_origins)",
+            "max_resumes, resume, shutdown_grace, allowed_hosts, cors_origins)",
         ),
         (
             '[[permission]]\neffect = "ask"\ntool = "shell"\n',
