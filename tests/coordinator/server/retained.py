@@ -43,9 +43,13 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def served(
-    tmp_path: Path, *, keep_events_days: float = 0, script: list[dict[str, Any]] = SHELL_THEN_TEXT
+    tmp_path: Path,
+    *,
+    keep_events_days: float = 0,
+    script: list[dict[str, Any]] = SHELL_THEN_TEXT,
+    resume: str = "auto",
 ) -> AsyncIterator[Served]:
-    config = make_config(tmp_path, rules=ASK_SHELL, shutdown_grace=5)
+    config = make_config(tmp_path, rules=ASK_SHELL, shutdown_grace=5, resume=resume)
     config = attrs.evolve(config, store=StoreConfig(keep_events_days=keep_events_days))
     model = ScriptedModel.from_json(script)
     async with (

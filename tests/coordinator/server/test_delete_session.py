@@ -58,6 +58,24 @@ async def test_deleting_a_busy_session_answers_409_and_changes_nothing(tmp_path:
         await api.client.delete_session(session.id)
 
 
+async def test_a_suspended_session_parked_at_start_answers_409_until_it_settles(tmp_path: Path) -> None:
+    """A turn a shutdown suspended is not settled: its session stays until the turn is resumed or
+    interrupted, whatever the resume policy left it as."""
+    async with served(tmp_path) as api:
+        session = await api.client.create_session(title="suspended")
+        await api.client.prompt(session.id, "run it")
+        await wait_event(api, session.id, "permission.asked")
+    async with served(tmp_path, resume="manual") as api:
+        assert (await api.client.get_session(session.id)).status == "suspended"
+        with pytest.raises(errors.SessionBusy) as refused:
+            await api.client.delete_session(session.id)
+        assert refused.value.turns == ["suspended"]
+        assert await api.client.interrupt(session.id)
+        await wait_event(api, session.id, "session.idle")
+        await api.client.delete_session(session.id)
+        assert set(rows_naming(api.db, session.id).values()) == {0}
+
+
 async def test_deleting_a_settled_session_removes_it_from_every_route_and_replay(tmp_path: Path) -> None:
     """After the delete nothing of the session is left: not in a list, a read, a wait, a replay or a row."""
     async with served(tmp_path) as api:
