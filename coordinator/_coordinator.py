@@ -148,6 +148,7 @@ class Coordinator:
         await decisions.delete_session(self._runtime, session_id)
         await self._durable()  # also: every event of the session committed before is handed over
         self._runtime.bus.forget_session(session_id)
+        self._runtime.conversations.forget(session_id)
 
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
