@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run demo test unit lint fmt chaos bench model clean
+.PHONY: setup run demo test unit lint fmt chaos bench soak model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ chaos: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/coordinator bench
 
+# Sessions created, prompted and deleted in a loop with retention on, printing RSS and the database's
+# size each minute (bench/soak.py; not in CI). SOAK_MINUTES=30 by default.
+SOAK_MINUTES ?= 30
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
+
 # The claim protocol's Spin model, checked exhaustively (design/model/README.md): the model verifies
 # clean, and each deliberately broken variant and each behaviour of the code before its fix yields a
 # counterexample. Needs spin and gcc, not the virtualenv.
@@ -59,6 +65,9 @@ model:
 	$(MODEL_CHECK) safety counterexample -DMAIN_BEGIN_UNCHECKED
 	$(MODEL_CHECK) safety counterexample -DMAIN_PENDING_ONLY
 	$(MODEL_CHECK) safety counterexample -DNODES=3 -DPAUSES=0 -DTRIES=1 -DMAIN_STEALS_SUSPENDED
+	$(MODEL_CHECK) safety clean -DMANUAL
+	$(MODEL_CHECK) safety clean -DMANUAL -DNODES=3 -DPAUSES=0 -DTRIES=1
+	$(MODEL_CHECK) safety counterexample -DMANUAL -DBROKEN_PLAIN_UNPARK
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

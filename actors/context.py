@@ -18,6 +18,7 @@ from coordinator.config import Config
 from coordinator.errors import ToolFailure
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
+from coordinator.models.history import Conversations
 from coordinator.reasons import Failure, StopReason
 from coordinator.store import SqliteStore
 from coordinator.store.sqlite import Transaction
@@ -107,6 +108,8 @@ class Runtime:
     # The text of each step whose streamed text no commit has recorded yet, by step id: the step's
     # own failure records it, or, when that commit failed, the session's sweep.
     step_texts: dict[str, StreamedText] = attrs.Factory(dict)
+    # Each session's settled turns as the model is sent them, so a step converts only the rest.
+    conversations: Conversations = attrs.Factory(Conversations)
     injector: Injector | None = None
     metrics: Metrics = attrs.Factory(Metrics)
     tracing: Tracing = attrs.Factory(Tracing)

@@ -159,6 +159,10 @@ async def _begin(
         if current is None or current.status not in _STARTABLE[takeover is not None]:
             log.info("turn_moved_on", turn_id=turn.id, status=None if current is None else current.status)
             return None
+        if tx.is_parked(turn.id):
+            # Parked (resume = "manual") after this takeover was decided: only a resume releases it.
+            log.info("turn_left_parked", turn_id=turn.id)
+            return None
         turn = current
         since = now_rfc3339()
         previous = None if takeover is None else takeover.previous_owner

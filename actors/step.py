@@ -24,8 +24,7 @@ from actors.step_text import StepText
 from coordinator import events
 from coordinator.errors import ModelError
 from coordinator.ids import new_id
-from coordinator.models.base import ModelReply, ModelRequest, ModelToolCall
-from coordinator.models.history import to_chat
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import StepMessage, StepToolCall
 from coordinator.store.rows import ToolCallRow
@@ -144,9 +143,10 @@ async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> Mod
     return reply
 
 
-def _conversation(turn: TurnScope) -> tuple:  # type: ignore[type-arg]
-    messages, model_ids = turn.runtime.store.read.history_with_model_ids(turn.session_id)
-    return to_chat(messages, model_ids)
+def _conversation(turn: TurnScope) -> tuple[ChatMessage, ...]:
+    """The history as the model is sent it: the session's settled turns are kept converted."""
+    runtime = turn.runtime
+    return runtime.conversations.request_messages(runtime.store.read, turn.session_id, turn.epoch)
 
 
 async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:

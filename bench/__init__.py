@@ -20,7 +20,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
-GROUPS = ("turns", "baseline", "stops", "scale", "http", "streaming")
+GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +85,7 @@ def _options(args: argparse.Namespace | Sequence[str] | None) -> argparse.Namesp
 async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, float]:
     # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
     # own module imported already: the workloads are imported here, not at the top.
-    from bench import baseline, http_api, metrics_cost, scale, stops, streaming, turns
+    from bench import baseline, history, http_api, metrics_cost, retention, scale, stops, streaming, turns
 
     figures: dict[str, float] = {}
     for group in groups:
@@ -96,6 +96,8 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, fl
             figures.update(await turns.measure_checkpoint_overhead(workdir, sizes, figures["turns_per_s"]))
             cpu = figures["turn_cpu_ms_normal"]
             figures.update(await metrics_cost.measure_metrics_overhead(workdir, sizes, cpu))
+        elif group == "history":
+            figures.update(await history.measure_history(workdir, sizes))
         elif group == "baseline":
             figures.update(await baseline.measure_baseline(workdir, sizes))
         elif group == "stops":
@@ -106,5 +108,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, fl
             figures.update(await http_api.measure_http(workdir, sizes))
         elif group == "streaming":
             figures.update(await streaming.measure_streaming(workdir, sizes))
+        elif group == "retention":
+            figures.update(await retention.measure_retention(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

@@ -42,6 +42,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
     Figure(key="turns_per_s_concurrent", workload="100 concurrent sessions (FULL)", unit="turns/s", target=1000),
     Figure(key="turns_per_s_concurrent_normal", workload="100 concurrent sessions (NORMAL)", unit="turns/s"),
+    Figure(key="turn_cpu_ms_600", workload="CPU a turn, 600 earlier turns in its session", unit="ms", higher_is_better=False),
+    Figure(key="turn_cpu_ms_10", workload="CPU a turn, 10 earlier turns in its session", unit="ms", higher_is_better=False),
+    Figure(key="turn_cpu_600_vs_10", workload="turn_cpu_ms_600 / turn_cpu_ms_10", unit="ratio", target=1.5, higher_is_better=False),
     Figure(key="baseline_turns_per_s", workload="bare apsw + trio, same parts (FULL)", unit="turns/s"),
     Figure(key="baseline_turns_per_s_normal", workload="bare apsw + trio, same parts (NORMAL)", unit="turns/s"),
     Figure(key="turns_vs_baseline", workload="turns_per_s / baseline_turns_per_s", unit="ratio"),
@@ -65,6 +68,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="delta_fanout_scripted_per_s", workload="the same, scripted model, a chunk every 2 ms", unit="deltas/s"),
     Figure(key="streaming_cpu_overhead_pct", workload="a turn's CPU, 200 chunks vs one, model's cost out", unit="%", target=10, higher_is_better=False),
     Figure(key="streaming_cpu_overhead_raw_pct", workload="the same, the scripted model's own cost in", unit="%", higher_is_better=False),
+    Figure(key="turn_ms_p50_alone", workload="sequential turns beside 100,000 old events (FULL), median", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p99_alone", workload="the same, p99", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p50_pruning", workload="the same while retention prunes them, median", unit="ms", higher_is_better=False),
+    Figure(key="turn_ms_p99_pruning", workload="the same while retention prunes them, p99", unit="ms", higher_is_better=False),
+    Figure(key="prune_s", workload="the pass: 100,000 events deleted, pages given back", unit="s", higher_is_better=False),
+    Figure(key="prune_events_per_s", workload="the pass's rate, turns running meanwhile", unit="events/s"),
 )  # fmt: skip
 
 HEADLINE_KEYS = tuple(figure.key for figure in FIGURES)

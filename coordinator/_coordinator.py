@@ -13,7 +13,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from actors.context import Runtime
-from coordinator import claims, decisions, errors
+from coordinator import claims, decisions, errors, retention
 from coordinator.bus import Bus, Subscription
 from coordinator.checkpoints import Injector
 from coordinator.config import Config, config_from
@@ -134,17 +134,52 @@ class Coordinator:
         await self._durable()
         return turn_id
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session whose turns are all settled: its history, tool calls, permission requests,
+        forms, rules and events, in one transaction. Its events leave every replay (and every live
+        buffer of this process); no seq is ever given again.
+
+        Returns once the delete is durable. A prompt racing the delete either lands first (then the
+        delete answers ``SessionBusy``) or finds no session.
+
+        **Raises:** ``SessionNotFound``; ``SessionBusy`` while a turn is queued, running or suspended
+        (nothing is changed: interrupt it, or wait for it to settle).
+        """
+        await decisions.delete_session(self._runtime, session_id)
+        await self._durable()  # also: every event of the session committed before is handed over
+        self._runtime.bus.forget_session(session_id)
+        self._runtime.conversations.forget(session_id)
+
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
 
-        Returns once the stop is recorded, before cleanup ends.
+        A turn parked by ``[server] resume = "manual"`` is stopped too: it settles as interrupted (its
+        waits revoked) without running again. Returns once the stop is recorded, before cleanup ends.
 
         **Raises:** ``SessionNotFound``.
         """
         self._session(session_id)
         stopped = await decisions.interrupt(self._runtime, session_id, by)
+        if stopped:
+            self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         await self._durable()
         return stopped
+
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's suspended turn that a start with ``[server] resume = "manual"`` parked;
+        returns its id. The turn then runs as an automatic resume would (``session.execution.resumed``,
+        its waits restored with their ids), and the resume counts toward ``[server] max_resumes``.
+
+        Returns once the resume is committed, before the turn runs again.
+
+        **Raises:** ``SessionNotFound``; ``NothingToResume`` when no turn of the session is parked (it
+        is idle or running, or was resumed already); ``CoordinatorClosed`` during a shutdown.
+        """
+        self._check_open()
+        self._session(session_id)
+        turn_id = await self._registry.resume(session_id)
+        await self._durable()
+        return turn_id
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         """Every pending request, or the session's and its sub-agents' (each with its own session_id)."""
@@ -167,6 +202,8 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        if decision == "reject" and not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return replied
 
@@ -189,8 +226,22 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         self._session(session_id)
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        if not message:
+            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return form
+
+    async def prune_events(self) -> int:
+        """Run one retention pass now (``[store] keep_events_days``; the background task runs one every
+        so often anyway): delete the events of settled turns older than that; returns how many.
+
+        Returns 0 at once when ``keep_events_days`` is 0 (keep all).
+
+        **Cancellation:** between its small transactions; what was deleted stays deleted.
+
+        **Raises:** ``StoreError``.
+        """
+        return await retention.prune(self._runtime.store, self._runtime.config.store.keep_events_days)
 
     def subscribe(
         self,
@@ -209,6 +260,10 @@ class Coordinator:
         lagging subscriber may lose deltas (their offsets show it), never a stored event. With
         ``descendants=True`` (and a ``session_id``) the events of the session's sub-agent sessions, at
         every depth, come too (contract section 12).
+
+        When retention deleted events after ``after`` (``[store] keep_events_days``), the replay begins
+        with a ``stream.truncated`` event (``seq`` None, payload ``{"oldest_seq": N}``: the oldest kept
+        event after ``after``). A subscription of one session ends when that session is deleted.
 
         **Raises:** ``SessionNotFound``.
         """
@@ -353,7 +408,10 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     lease = runtime.config.server.lease
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
     liveness = claims.Liveness(me=instance, lease=lease)
-    recovered = registry.recover(liveness)
+    recovered = await registry.recover(liveness)
     root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
+    keep_days = runtime.config.store.keep_events_days
+    if keep_days > 0:
+        root.start_soon(retention.serve_retention, runtime.store, keep_days, name="retention")
     log.info("coordinator_started", instance_id=instance.id, recovered=len(recovered), at=time.time())
     return Coordinator(runtime, registry)

@@ -31,8 +31,9 @@ import attrs
 import structlog
 import trio
 
-from coordinator.events import Event
+from coordinator.events import Event, stream_truncated
 from coordinator.store import Queries, SqliteStore
+from coordinator.store.sqlite import now_rfc3339
 
 log = structlog.get_logger()
 
@@ -130,6 +131,8 @@ class _Live:
         self.overflowed = False
         # Set when another process committed events this bus did not publish: read the store.
         self.stale = False
+        # Set when the one session this buffer follows was deleted: the subscription ends.
+        self.gone = False
         self.wakeup = trio.Event()
 
     def wants(self, event: Event) -> bool:
@@ -146,6 +149,14 @@ class _Live:
         self.queue.append(slot)
         return True
 
+    def forget(self, session_id: str) -> None:
+        """Drop the queued events of a deleted session."""
+        self.queue = deque(item for item in self.queue if _session_of(item) != session_id)
+        self.open_deltas.pop(session_id, None)
+        if self.session_id == session_id:
+            self.gone = True
+        self.wakeup.set()
+
     def pop(self) -> Event:
         item = self.queue.popleft()
         if isinstance(item, Event):
@@ -153,6 +164,18 @@ class _Live:
         if self.open_deltas.get(item.event.session_id) is item:
             del self.open_deltas[item.event.session_id]
         return item.take()
+
+
+def _session_of(item: Event | _DeltaSlot) -> str | None:
+    return item.session_id if isinstance(item, Event) else item.event.session_id
+
+
+def truncation(reader: Queries, after: int) -> Event | None:
+    """``stream.truncated`` when retention deleted events after seq ``after`` (a replay from there
+    has lost some), naming the oldest kept event after it; None when nothing after it was pruned."""
+    if after >= reader.event_horizon():
+        return None
+    return stream_truncated(reader.oldest_seq_after(after), now_rfc3339())
 
 
 class Bus:
@@ -174,6 +197,8 @@ class Bus:
         # waits for a sync to stream.
         self._held: dict[int, list[Event]] = {}
         self.deltas_published = 0
+        # Grows with every session deleted: a subscriber drops the store page it holds and reads again.
+        self.deletions = 0
 
     def publish(self, events: Sequence[Event]) -> None:
         """Hand committed events to every attached subscriber. Never blocks."""
@@ -282,6 +307,16 @@ class Bus:
             self._highest = last
             self._mark_stale()
 
+    def forget_session(self, session_id: str) -> None:
+        """A session was deleted (and that is durable): no subscriber delivers its events any more.
+
+        Queued events of it are dropped from every live buffer, a subscription of that session alone
+        ends, and a store page read before the delete is read again.
+        """
+        self.deletions += 1
+        for live in self._live:
+            live.forget(session_id)
+
     def _mark_stale(self) -> None:
         for live in self._live:
             live.stale = True
@@ -326,12 +361,18 @@ class Subscription:
     def __init__(self, bus: Bus, after: int, sessions: SessionSet, deltas: bool = False) -> None:
         self._bus = bus
         self._sessions = sessions
+        self._session_id = sessions.session_id
         self._deltas = deltas
         self.last = after
         # How far the store has been read: past ``last`` when the events read were not wanted.
         self._read = after
         self._page: deque[Event] = deque()
+        self._page_deletions = bus.deletions
         self._live: _Live | None = None
+        # The event horizon when this subscription last read the store: a higher one means retention
+        # deleted events since, maybe some this subscriber has not had (``stream.truncated``).
+        self._horizon_seen = 0
+        self._ended = False
 
     def __aiter__(self) -> Subscription:
         return self
@@ -375,11 +416,23 @@ class Subscription:
     def _next_nowait(self) -> Event | None:
         """The next event already at hand, reading the store or attaching live as needed."""
         bus = self._bus
-        while True:
+        while not self._ended:
+            if self._page_deletions != bus.deletions:
+                self._page.clear()  # it may hold events of a session deleted since it was read
+                self._read = self.last  # so it is read again from what was delivered
+                self._page_deletions = bus.deletions
+                if self._session_id is not None and bus._reader.get_session(self._session_id) is None:
+                    self._detach()
+                    self._ended = True  # its session was deleted
+                    return None
             if self._page:
                 return self._page.popleft()
             live = self._live
             if live is not None:
+                if live.gone:
+                    self._detach()
+                    self._ended = True
+                    return None
                 while live.queue:
                     event = live.pop()
                     # ``after`` may lie ahead of what is committed yet
@@ -388,6 +441,9 @@ class Subscription:
                 if not (live.overflowed or live.stale or bus.closed):
                     return None  # wait for a publish
                 self._detach()
+            truncated = self._truncation()
+            if truncated is not None:
+                return truncated
             read = bus._reader.events_after(
                 self._read, self._sessions.stored_filter, REPLAY_PAGE, upto=bus._highest
             )
@@ -402,6 +458,16 @@ class Subscription:
             bus._live.add(self._live)
             if self._deltas:
                 bus._catch_up(self._live)
+        return None
+
+    def _truncation(self) -> Event | None:
+        """``stream.truncated`` before a read of the store, when retention deleted events since the
+        last read (or, at the start, ever) and this subscriber had not had them all."""
+        horizon = self._bus._reader.event_horizon()
+        if horizon <= self._horizon_seen:
+            return None
+        self._horizon_seen = horizon
+        return truncation(self._bus._reader, self.last)
 
     def _detach(self) -> None:
         if self._live is not None:

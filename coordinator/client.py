@@ -65,7 +65,7 @@ class CoordinatorClient:
         response = await self._client().request(method, path, content=content, params=params, headers=headers)
         if not response.is_success:
             raise error_from_response(response)
-        return response.json()
+        return None if response.status_code == 204 else response.json()
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``. **Raises:** ``httpx.TransportError`` when the server cannot be reached."""
@@ -103,10 +103,25 @@ class CoordinatorClient:
         data = await self._call("POST", _session_path(session_id, "prompt"), body=PromptBody(text=text))
         return str(data["turn_id"])
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a settled session with everything it owns (``DELETE /api/session/{sid}``).
+
+        **Raises:** ``SessionNotFound``; ``SessionBusy`` while a turn is queued, running or suspended.
+        """
+        await self._call("DELETE", _session_path(session_id))
+
     async def interrupt(self, session_id: str) -> bool:
         """Stop the running turn (reason interrupt, by api); False when idle or already stopping."""
         data = await self._call("POST", _session_path(session_id, "interrupt"))
         return bool(data["interrupted"])
+
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's suspended turn (``[server] resume = "manual"``); returns its id.
+
+        **Raises:** ``SessionNotFound``, ``NothingToResume`` (nothing is suspended).
+        """
+        data = await self._call("POST", _session_path(session_id, "resume"))
+        return str(data["turn_id"])
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         """Pending permission requests of one session, or of all. **Raises:** ``SessionNotFound``."""
@@ -202,17 +217,30 @@ class CoordinatorClient:
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncGenerator[dict[str, Any], None]:
-    """The ``data`` of each complete server-sent event, parsed as JSON; comments are skipped."""
+    """The ``data`` of each complete server-sent event, parsed as JSON; comments are skipped.
+
+    ``stream.truncated`` (data ``{"oldest_seq": N}``) comes as ``{"type": "stream.truncated", "oldest_seq": N}``.
+    """
     data: list[str] = []
+    name = ""
     async for line in lines:
         if not line:
             if data:
-                yield json.loads("\n".join(data))
-                data = []
+                yield _frame(name, json.loads("\n".join(data)))
+                data, name = [], ""
             continue
         field, _, value = line.partition(":")
         if field == "data":
             data.append(value.removeprefix(" "))
+        elif field == "event":
+            name = value.removeprefix(" ")
+
+
+def _frame(name: str, data: Any) -> Any:
+    """A frame's data; one whose data names no type (``stream.truncated``) gets its ``event`` name."""
+    if isinstance(data, dict) and "type" not in data and name:
+        return {"type": name, **data}
+    return data
 
 
 def error_from_response(response: httpx.Response) -> Exception:

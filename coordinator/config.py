@@ -28,6 +28,9 @@ class ServerConfig:
     token: str = ""
     lease: float = 15
     max_resumes: int = 5
+    resume: Literal["auto", "manual"] = "auto"
+    """``auto``: a start resumes suspended and crashed turns (contract section 6); ``manual``: it parks
+    them, suspended, until ``POST /api/session/{sid}/resume`` or an interrupt (section 14)."""
     shutdown_grace: float = 10
     allowed_hosts: tuple[str, ...] = ()
     """Host names (``agents.example.com``) answered besides the loopback ones (contract section 10)."""
@@ -64,6 +67,14 @@ class TimeoutsConfig:
 
 
 @attrs.frozen(kw_only=True)
+class StoreConfig:
+    """``[store]``: how long the store keeps what it no longer needs."""
+
+    keep_events_days: float = 0
+    """Events of settled turns older than this many days are deleted in the background; 0 keeps all."""
+
+
+@attrs.frozen(kw_only=True)
 class LimitsConfig:
     """``[limits]``: bounds on what a turn may start."""
 
@@ -85,6 +96,7 @@ class Config:
     server: ServerConfig = ServerConfig()
     model: ModelConfig = ModelConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    store: StoreConfig = StoreConfig()
     limits: LimitsConfig = LimitsConfig()
     permission: tuple[Rule, ...] = ()
     plugin: tuple[PluginConfig, ...] = ()
@@ -113,10 +125,11 @@ _TABLES: dict[str, type[Any]] = {
     "server": ServerConfig,
     "model": ModelConfig,
     "timeouts": TimeoutsConfig,
+    "store": StoreConfig,
     "limits": LimitsConfig,
 }
 _ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig}
-_SECTION_NAMES = "[server], [model], [timeouts], [limits], [[permission]], [[plugin]]"
+_SECTION_NAMES = "[server], [model], [timeouts], [store], [limits], [[permission]], [[plugin]]"
 _TOKEN_ENV = "COORDINATOR_TOKEN"
 
 
@@ -136,6 +149,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
     (ServerConfig, "shutdown_grace"): _NON_NEGATIVE,
     (LimitsConfig, "task_depth"): _NON_NEGATIVE,
     **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
+    (StoreConfig, "keep_events_days"): _NON_NEGATIVE,
 }
 
 
@@ -230,7 +244,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         if key not in _TABLES and key not in _ARRAYS:
             shown = f"[{key}]" if isinstance(value, dict) else key
             raise ConfigError(f"unknown section (expected one of {_SECTION_NAMES})", f"{label}: {shown}")
-    server, model, timeouts, limits = (
+    server, model, timeouts, store, limits = (
         _build(table.get(name, {}), cls, f"{label}: [{name}]") for name, cls in _TABLES.items()
     )
     permission = tuple(_build_array(table, "permission", label))
@@ -243,6 +257,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         server=server,
         model=model,
         timeouts=timeouts,
+        store=store,
         limits=limits,
         permission=permission,
         plugin=plugin,

@@ -18,6 +18,7 @@ from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
 from coordinator.store import SqliteTx
+from coordinator.store.rows import TurnRow
 from coordinator.store.sqlite import now_rfc3339
 
 log = structlog.get_logger()
@@ -53,8 +54,39 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
     text = _text(text, "text", empty_ok=False)
     turn_id = new_id("turn")
     async with runtime.store.transaction() as tx:
+        # Checked in the transaction: a delete committed since the caller looked wins, and a delete
+        # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
+        _existing(tx, session_id)
         tx.insert_turn(turn_id, session_id, text, now_rfc3339())
     return turn_id
+
+
+async def delete_session(runtime: Runtime, session_id: str) -> int:
+    """Delete a session whose turns are all settled, with everything it owns; returns how many
+    events went. One transaction: it happens whole or not at all.
+
+    **Raises:** ``SessionNotFound``; ``SessionBusy`` (nothing changed) while a turn is queued,
+    running, stopping or suspended, or the claim is still held.
+    """
+    async with runtime.store.transaction() as tx:
+        _existing(tx, session_id)
+        statuses = tx.unsettled_turn_statuses(session_id)
+        claim = tx.get_claim(session_id)
+        if statuses or (claim is not None and claim.state != "released"):
+            raise errors.SessionBusy(
+                message=f"session {session_id!r} has a turn that is not settled "
+                f"({', '.join(statuses) or 'its claim is held'}); interrupt it first",
+                session_id=session_id,
+                turns=statuses,
+            )
+        deleted = tx.delete_session(session_id)
+    log.info("session_deleted", session_id=session_id, events=deleted)
+    return deleted
+
+
+def _existing(tx: SqliteTx, session_id: str) -> None:
+    if tx.get_session(session_id) is None:
+        raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
 
 
 async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
@@ -67,7 +99,8 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt(by=by)  # type: ignore[arg-type]
     async with runtime.store.transaction() as tx:
-        turn = tx.running_turn(session_id)
+        # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
+        turn = tx.interruptible_turn(session_id)
         live = None if turn is None else runtime.turns.get(turn.id)
         # Already stopping (for a reason that records no intent: an internal error, a shutdown) or
         # settling: too late to stop it, and the outcome must not change.
@@ -136,6 +169,22 @@ def _refuse_if_closing(runtime: Runtime) -> None:
     answered after the restart)."""
     if runtime.closing:
         raise errors.CoordinatorClosed(message="the coordinator is shutting down")
+
+
+async def resume(runtime: Runtime, session_id: str) -> TurnRow:
+    """Release the session's parked turn for its resume (its takeover comes next); returns it.
+
+    **Raises:** ``NothingToResume`` when no turn of the session is parked; ``CoordinatorClosed``.
+    """
+    async with runtime.store.transaction() as tx:
+        _refuse_if_closing(runtime)
+        turn = tx.parked_turn(session_id)
+        if turn is None or not tx.release_parked(turn.id):
+            raise errors.NothingToResume(
+                message=f"session {session_id!r} has no suspended turn to resume", session_id=session_id
+            )
+    log.info("resume_requested", session_id=session_id, turn_id=turn.id)
+    return turn
 
 
 def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> PermissionRequest:

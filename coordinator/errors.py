@@ -16,6 +16,8 @@
     │   ├── FormNotFound                 404: form id never issued in this session
     │   ├── PermissionAlreadySettled     409: replied or revoked before this reply
     │   ├── FormAlreadySettled           409: submitted, cancelled or revoked before
+    │   ├── SessionBusy                  409: a delete of a session whose turn is not settled
+    │   ├── NothingToResume              409: the session has no parked turn to resume
     │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
     │   └── InternalError                500: anything unexpected; its traceback stays in the log
     ├── ConfigError                      a bad config file or flag (the CLI exits 2)
@@ -191,6 +193,32 @@ class FormAlreadySettled(ClientError):
 
     form_id: str = ""
     settlement: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define(eq=False)
+class SessionBusy(ClientError):
+    """The session cannot be deleted: a turn of it is queued, running or suspended (``turns`` lists
+    their statuses). Nothing was changed; interrupt the turn, or wait until it settles."""
+
+    name: ClassVar[str] = "SessionBusy"
+    status: ClassVar[int] = 409
+
+    session_id: str = ""
+    turns: list[str] = attrs.Factory(list)
+
+
+@attrs.define(eq=False)
+class NothingToResume(ClientError):
+    """The session has no suspended turn to resume.
+
+    Only a turn parked by a start with ``[server] resume = "manual"`` is resumed by hand: the session is
+    idle, its turn runs, or an automatic resume (or another resume) has taken the turn already.
+    """
+
+    name: ClassVar[str] = "NothingToResume"
+    status: ClassVar[int] = 409
+
+    session_id: str = ""
 
 
 @attrs.define(eq=False)

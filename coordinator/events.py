@@ -26,6 +26,7 @@ from coordinator.records import (
 )
 
 TEXT_DELTA = "session.text.delta"
+STREAM_TRUNCATED = "stream.truncated"
 
 
 @attrs.frozen(kw_only=True)
@@ -214,3 +215,10 @@ def execution_resumed(session_id: str, turn_id: str, after: str) -> Draft:
 def session_idle(session_id: str, turn_id: str, outcome: str) -> Draft:
     payload = {"turn_id": turn_id, "outcome": outcome}
     return Draft(type="session.idle", session_id=session_id, payload=payload)
+
+
+def stream_truncated(oldest_seq: int, at: str) -> Event:
+    """A replay's first item when retention deleted events it asked for (contract section 14): never
+    stored, no seq; the replay goes on from the kept event ``oldest_seq``. Its SSE frame's data is
+    only ``{"oldest_seq": N}``."""
+    return Event(seq=None, type=STREAM_TRUNCATED, session_id=None, at=at, payload={"oldest_seq": oldest_seq})

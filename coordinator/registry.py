@@ -7,12 +7,13 @@ import functools
 import structlog
 import trio
 
-from actors import session
+from actors import session, settlement
 from actors.context import Runtime
 from actors.session import SessionHandle, Takeover
 from coordinator import decisions
 from coordinator.claims import Liveness
 from coordinator.reasons import Failure
+from coordinator.store.rows import TurnRow
 
 log = structlog.get_logger()
 
@@ -49,32 +50,102 @@ class Registry:
             if self._actors.get(handle.session_id) is handle:
                 del self._actors[handle.session_id]
 
-    def recover(self, liveness: Liveness) -> list[str]:
+    async def recover(self, liveness: Liveness) -> list[str]:
         """Find turns left unfinished by a shutdown or a crash and start their sessions' actors.
 
-        Returns the session ids started. A turn whose owner is alive (another process) is left alone.
+        With ``[server] resume = "manual"`` a suspended or crashed turn is parked instead (it stays
+        suspended until ``resume`` or an interrupt), and a parked turn is left parked whatever the
+        policy; a stop decided before the crash is settled either way. Returns the session ids started.
+        A turn whose owner is alive (another process) is left alone.
         """
         read = self._runtime.store.read
+        parked = read.parked_turn_ids()
+        asked = read.resume_asked_turn_ids()  # by a resume whose instance died before its takeover
+        manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
         for turn in read.unfinished_turns():
-            claim = read.get_claim(turn.session_id)
-            owner = None if claim is None or claim.owner is None else read.get_instance(claim.owner)
-            # A suspended turn whose claim is held again is being resumed by that owner (between its
-            # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
-            suspended = claim is not None and claim.state == "suspended"
-            if not suspended and not liveness.owner_is_dead(owner):
+            takeover = self._takeover_of(turn, liveness)
+            # A session whose actor lives here is taken over by it already (a resume just asked).
+            if takeover is None or turn.session_id in self._actors:
                 continue
-            after = "shutdown" if turn.status == "suspended" else "crash"
-            self._takeovers[turn.id] = Takeover(
-                previous_owner=None if claim is None else claim.owner, after=after
-            )
+            if turn.status != "stopping" and turn.id not in asked and (turn.id in parked or manual):
+                if turn.id not in parked:
+                    await self._park(turn, takeover)
+                continue
+            self._takeovers[turn.id] = takeover
             log.info(
-                "turn_recovered", session_id=turn.session_id, turn_id=turn.id, status=turn.status, after=after
+                "turn_recovered",
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                status=turn.status,
+                after=takeover.after,
             )
             started.append(turn.session_id)
         for session_id in [*started, *read.sessions_with_queued_turns()]:
             self.ensure_running(session_id)
         return started
+
+    def _takeover_of(self, turn: TurnRow, liveness: Liveness) -> Takeover | None:
+        """How ``turn`` is taken over, or None while its owner lives (and runs it)."""
+        read = self._runtime.store.read
+        claim = read.get_claim(turn.session_id)
+        owner = None if claim is None or claim.owner is None else read.get_instance(claim.owner)
+        # A suspended turn whose claim is held again is being resumed by that owner (between its
+        # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
+        suspended = claim is not None and claim.state == "suspended"
+        if not suspended and not liveness.owner_is_dead(owner):
+            return None
+        after = "shutdown" if turn.status == "suspended" else "crash"
+        return Takeover(previous_owner=None if claim is None else claim.owner, after=after)
+
+    async def _park(self, turn: TurnRow, takeover: Takeover) -> None:
+        """Leave ``turn`` suspended for a manual resume, in one transaction: a crashed turn's claim,
+        held by its dead owner, becomes suspended (compare-and-set), and the processes its running
+        calls started are killed, since no one watches them now (a resume fails those calls)."""
+        async with self._runtime.store.transaction() as tx:
+            current = tx.get_turn(turn.id)
+            if current is None or current.status not in ("running", "suspended"):
+                return
+            if current.status == "running":
+                if not tx.suspend_dead_claim(turn.session_id, takeover.previous_owner):
+                    return  # another instance took it over meanwhile
+                for call in tx.tool_calls_of_turn(turn.id):
+                    if call.status == "running":
+                        settlement.kill_left_process_group(tx, call)
+            if not tx.park_turn(turn.id):
+                return
+        log.info("turn_parked", session_id=turn.session_id, turn_id=turn.id, after=takeover.after)
+
+    async def resume(self, session_id: str) -> str:
+        """Resume the session's parked turn now, exactly as a start would; returns its id.
+
+        **Raises:** ``NothingToResume``, ``CoordinatorClosed``.
+        """
+        turn = await decisions.resume(self._runtime, session_id)
+        claim = self._runtime.store.read.get_claim(session_id)
+        after = "shutdown" if turn.status == "suspended" else "crash"
+        self._takeovers[turn.id] = Takeover(
+            previous_owner=None if claim is None else claim.owner, after=after
+        )
+        log.info("turn_recovered", session_id=session_id, turn_id=turn.id, status=turn.status, after=after)
+        self.ensure_running(session_id)
+        return turn.id
+
+    def settle_decided_stop(self, session_id: str) -> None:
+        """Settle now a stop just committed for a turn no actor runs (an interrupt of a parked turn, a
+        reject or a dismissal of one of its waits), rather than at the watch's next look: its waits are
+        revoked, its calls fail, then the terminal event and ``session.idle``."""
+        read = self._runtime.store.read
+        turn = read.next_turn(session_id)
+        claim = read.get_claim(session_id)
+        if turn is None or turn.status != "stopping" or claim is None or claim.state != "suspended":
+            return
+        if session_id in self._actors:
+            return
+        # As ``recover`` would take it: a stopping turn is settled as its stop, never resumed.
+        self._takeovers[turn.id] = Takeover(previous_owner=claim.owner, after="crash")
+        log.info("turn_recovered", session_id=session_id, turn_id=turn.id, status=turn.status, after="crash")
+        self.ensure_running(session_id)
 
     async def serve_watch(self, liveness: Liveness, interval: float) -> None:
         """For ever: take over turns of owners that died, and apply decisions other processes made."""
@@ -83,7 +154,7 @@ class Registry:
             if self.closed:
                 return
             try:
-                self.recover(liveness)
+                await self.recover(liveness)
                 decisions.apply_remote_decisions(self._runtime)
                 await self._runtime.bus.notice_foreign_commits(self._runtime.store)
             except Exception as exc:  # a busy database: look again at the next tick

@@ -1,5 +1,5 @@
 """The CLI commands that talk to a running server (contract section 14): sessions, prompt, reply,
-interrupt and events.
+interrupt, resume and events.
 
 Each finds the server at ``--url``, by default the ``[server]`` host and port of ``--config`` (or of
 ``coordinator.toml`` in the current folder when there is one, else 127.0.0.1:4096), and sends the
@@ -100,6 +100,15 @@ def add_commands(commands: Any) -> None:
     interrupt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
     interrupt.set_defaults(run=run_interrupt)
 
+    resume = commands.add_parser(
+        "resume",
+        help='resume a session\'s suspended turn (with [server] resume = "manual")',
+        description="Prints the resumed turn's id; NothingToResume (exit 1) when no turn is suspended.",
+    )
+    add_server_options(resume)
+    resume.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    resume.set_defaults(run=run_resume)
+
 
 def add_event_options(events: argparse.ArgumentParser) -> None:
     """The options of ``coordinator events``."""
@@ -197,5 +206,12 @@ def run_reply(args: argparse.Namespace) -> int:
 def run_interrupt(args: argparse.Namespace) -> int:
     async def action(client: CoordinatorClient) -> None:
         print("true" if await client.interrupt(args.session_id) else "false", flush=True)
+
+    return _call(args, action)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        print(await client.resume(args.session_id), flush=True)
 
     return _call(args, action)

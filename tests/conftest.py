@@ -44,6 +44,16 @@ class Recorder:
             await self._changed.wait()
         return self.of(type)[count - 1]
 
+    async def wait_until(self, found: Callable[[Event], bool]) -> Event:
+        """The first event ``found`` accepts, once it has arrived."""
+        checked = 0
+        while True:
+            for event in self.events[checked:]:
+                if found(event):
+                    return event
+            checked = len(self.events)
+            await self._changed.wait()
+
 
 def make_config(
     tmp_path: Path, *, rules: tuple[Rule, ...] = (), timeouts: TimeoutsConfig | None = None, **server: Any

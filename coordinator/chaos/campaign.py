@@ -75,6 +75,7 @@ class Run:
     world: World
     record: RunRecord
     requests: tuple[tuple[ChatMessage, ...], ...]
+    rebuilt: tuple[tuple[ChatMessage, ...], ...]  # each request's conversation rebuilt from the store
     streams: tuple[Streamed, ...]
     logs: tuple[dict[str, Any], ...]
     leftovers: tuple[str, ...]
@@ -111,7 +112,7 @@ def execute_run(
         thinking=not world.processes,
         patience=world.patience,
     )
-    model = ChaosModel(default=world.default_script, by_title=world.sub_scripts)
+    model = ChaosModel(default=world.default_script, by_title=world.sub_scripts, db=db)
     clock = MockClock(rate=1.0) if world.processes else MockClock(autojump_threshold=0)
     state = RunState(world=world, record=record, injector=injector, model=model, clock=clock)
     before = processes.children()  # a test's own helpers are not this run's leftovers
@@ -125,6 +126,7 @@ def execute_run(
         world=world,
         record=record,
         requests=tuple(request.messages for request in model.requests),
+        rebuilt=tuple(model.rebuilt),
         streams=tuple(model.streams),
         logs=tuple(logs),
         leftovers=tuple(processes.leftovers(before)),
@@ -145,7 +147,12 @@ def run_one(
     run = execute_run(seed, index, root=root, schedule=schedule, setup=setup)
     record = run.record
     violations = check_run(
-        record, run.view, requests=run.requests, leftovers=run.leftovers, streams=run.streams
+        record,
+        run.view,
+        requests=run.requests,
+        rebuilt=run.rebuilt,
+        leftovers=run.leftovers,
+        streams=run.streams,
     )
     if not violations:
         _remove(run.db)

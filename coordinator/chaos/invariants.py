@@ -42,6 +42,7 @@ def check_run(
     view: StoreView,
     *,
     requests: Sequence[Sequence[ChatMessage]] = (),
+    rebuilt: Sequence[Sequence[ChatMessage]] = (),
     leftovers: Iterable[str] = (),
     streams: Sequence[Streamed] = (),
 ) -> list[Violation]:
@@ -49,7 +50,7 @@ def check_run(
     found = list(record.violations)
     for check in CHECKS:
         found += check(record, view)
-    found += check_requests(requests)
+    found += check_requests(requests, rebuilt)
     found += check_streamed_text(record, view, streams)
     found += [Violation(6, f"a process outlived its session: {p}") for p in leftovers]
     return found

@@ -273,10 +273,19 @@ def chat_problems(chat: Sequence[ChatMessage]) -> list[str]:
     return problems
 
 
-def check_requests(requests: Sequence[Sequence[ChatMessage]]) -> list[Violation]:
-    """5: every conversation sent to the model was valid."""
-    return [
+def check_requests(
+    requests: Sequence[Sequence[ChatMessage]], rebuilt: Sequence[Sequence[ChatMessage]] = ()
+) -> list[Violation]:
+    """5: every conversation sent to the model was valid, and (where ``rebuilt`` has it) was the one
+    the store held: the step's kept settled turns plus what it read equal a rebuild from scratch."""
+    found = [
         Violation(5, f"model request {i}: {p}")
         for i, chat in enumerate(requests)
         for p in chat_problems(chat)
     ]
+    found += [
+        Violation(5, f"model request {i}: differs from the conversation rebuilt from the store")
+        for i, (chat, whole) in enumerate(zip(requests, rebuilt, strict=False))
+        if tuple(chat) != tuple(whole)
+    ]
+    return found

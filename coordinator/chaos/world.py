@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import apsw
 import attrs
 import trio
 
@@ -17,9 +18,11 @@ from coordinator.chaos.setup import Scenario, Setup
 from coordinator.chaos.streaming import Streamed, Tee
 from coordinator.config import Config, ModelConfig, PluginConfig, ServerConfig, TimeoutsConfig
 from coordinator.errors import ConfigError
-from coordinator.models.base import ModelReply, ModelRequest
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
+from coordinator.models.history import to_chat
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
+from coordinator.store import Queries
 
 RULES = (
     Rule(action="*", resource="*", effect="allow"),
@@ -156,7 +159,9 @@ def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) 
     sessions = 0 if setup.scenario is not None else 1
     script = setup.script or ({"text": "done"},)
     timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
-    server = attrs.evolve(user.server, db=str(db))
+    # The campaign checks section 6's resume rules (invariant 3): its restarts resume, whatever the
+    # user's `[server] resume` says, or "manual" would leave every restarted turn parked.
+    server = attrs.evolve(user.server, db=str(db), resume="auto")
     config = attrs.evolve(user, server=server, timeouts=timeouts, model=ModelConfig(provider="scripted"))
     external = _own_deadlines(user) | (
         frozenset({"interrupt", "declined"}) if setup.scenario else frozenset()
@@ -243,17 +248,22 @@ def _call(rng: random.Random, call_id: str, processes: bool) -> dict[str, Any]:
 
 
 class ChaosModel:
-    """Answers each session from its own script, and keeps every request it was sent (to check them)."""
+    """Answers each session from its own script, and keeps every request it was sent (to check them),
+    with the conversation rebuilt from scratch from the run's database (``db``) as it was sent."""
 
     def __init__(
         self,
         default: tuple[dict[str, Any], ...] | None = None,
         by_title: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = (),
+        *,
+        db: Path | None = None,
     ) -> None:
         self.scripts: dict[str, ScriptedModel] = {}
         # Sub-agent sessions, made by `task` calls, are answered by their title's script.
         self.by_title = {title: ScriptedModel.from_json(list(s), title) for title, s in by_title}
         self.requests: list[ModelRequest] = []
+        self.db = db
+        self.rebuilt: list[tuple[ChatMessage, ...]] = []
         self.streams: list[Streamed] = []
         # The script of sessions the campaign did not create (a scenario's).
         self.default = None if default is None else ScriptedModel.from_json(list(default), "the script")
@@ -264,6 +274,8 @@ class ChaosModel:
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The script's answer. **Cancellation:** abandoned. **Raises:** nothing."""
         self.requests.append(request)
+        if self.db is not None:
+            self.rebuilt.append(rebuilt_conversation(self.db, request.session_id))
         model = self.scripts.get(request.session_id) or self.by_title.get(request.title) or self.default
         assert model is not None, f"no script for session {request.session_id}"
         stream = Streamed(session_id=request.session_id, index=request.index, messages=request.messages)
@@ -274,3 +286,13 @@ class ChaosModel:
     async def aclose(self) -> None:
         """Nothing to release."""
         await trio.lowlevel.checkpoint()
+
+
+def rebuilt_conversation(db: Path, session_id: str) -> tuple[ChatMessage, ...]:
+    """The session's conversation read whole from the store (on a connection of its own, with no
+    await, so the run's schedule is the same): what a step sends without its kept settled turns."""
+    reader = Queries(apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY))
+    try:
+        return to_chat(*reader.history_with_model_ids(session_id))
+    finally:
+        reader.db.close()

@@ -1,14 +1,19 @@
-"""The stored history as the model sees it: every tool call answered, partial results included."""
+"""The stored history as the model sees it: every tool call answered, partial results included, and
+each session's settled turns kept converted so that a step does not rebuild them."""
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+import attrs
 
 from coordinator import wire
 from coordinator.models.base import ChatMessage, ModelToolCall
 from coordinator.records import Message, TextPart, ToolPart
+from coordinator.store.rows import StoredMessage
 
 NO_RESULT = {"error": {"type": "interrupted", "message": "the tool call ended without a recorded result"}}
 
@@ -50,3 +55,106 @@ def to_chat(messages: Sequence[Message], model_call_ids: Mapping[str, str | None
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class HistoryReader(Protocol):
+    """The store's read of a history's tail (``Queries.history_after``)."""
+
+    def history_after(
+        self, session_id: str, after_ord: int
+    ) -> tuple[list[StoredMessage], dict[str, str | None]]: ...
+
+
+# The budget of every session's kept conversation together, in estimated bytes, and the estimate's
+# parts: an attrs ChatMessage with its slots, a tool call with its input's dict, measured with
+# tracemalloc on the benchmark's sessions (design/benchmarks.md).
+CONVERSATIONS_BUDGET_BYTES = 32 * 2**20
+MESSAGE_BYTES = 150
+TOOL_CALL_BYTES = 200
+
+
+@attrs.define(kw_only=True)
+class SettledConversation:
+    """A session's settled turns as the model is sent them, up to the message ``last_ord``.
+
+    ``epoch`` is the claim epoch of the last turn that used it: a turn whose epoch is neither that
+    one nor the next took the claim after another owner held it, and starts again from the store.
+    """
+
+    messages: list[ChatMessage] = attrs.Factory(list)
+    last_ord: int = -1
+    epoch: int
+    size: int = 0
+
+
+class Conversations:
+    """Each session's conversation of its settled turns, kept so that a step reads from the store and
+    converts only the messages after them (the running turn's, and any turn not settled yet).
+
+    A settled turn's messages, parts and calls are never written again, and a message's ``ord`` only
+    grows, so the kept part stays what a read from scratch would give. The sessions used least
+    recently are dropped beyond ``budget`` estimated bytes; a dropped one is read again in full.
+    """
+
+    def __init__(self, budget: int | None = None) -> None:
+        self._budget = CONVERSATIONS_BUDGET_BYTES if budget is None else budget
+        self._size = 0
+        self._sessions: OrderedDict[str, SettledConversation] = OrderedDict()
+
+    @property
+    def size(self) -> int:
+        """The estimated bytes kept, every session together."""
+        return self._size
+
+    def request_messages(self, reader: HistoryReader, session_id: str, epoch: int) -> tuple[ChatMessage, ...]:
+        """The session's conversation as a step of a turn holding the claim at ``epoch`` sends it."""
+        kept = self._take(session_id, epoch)
+        stored, model_ids = reader.history_after(session_id, kept.last_ord)
+        settled = 0
+        while settled < len(stored) and stored[settled].turn_settled:
+            settled += 1
+        if settled:
+            newly_settled = to_chat([s.message for s in stored[:settled]], model_ids)
+            kept.messages.extend(newly_settled)
+            kept.last_ord = stored[settled - 1].ord
+            kept.size += estimated_bytes(newly_settled)
+        rest = to_chat([s.message for s in stored[settled:]], model_ids)
+        self._keep(session_id, kept)
+        return (*kept.messages, *rest)
+
+    def kept_messages(self, session_id: str) -> int:
+        """How many messages of the session's conversation are kept (0 when none is)."""
+        kept = self._sessions.get(session_id)
+        return 0 if kept is None else len(kept.messages)
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is kept of a session (deleted, or rewritten other than by its turns)."""
+        dropped = self._sessions.pop(session_id, None)
+        if dropped is not None:
+            self._size -= dropped.size
+
+    def _take(self, session_id: str, epoch: int) -> SettledConversation:
+        kept = self._sessions.pop(session_id, None)
+        if kept is not None:
+            self._size -= kept.size
+            if epoch in (kept.epoch, kept.epoch + 1):
+                kept.epoch = epoch
+                return kept
+        return SettledConversation(epoch=epoch)
+
+    def _keep(self, session_id: str, kept: SettledConversation) -> None:
+        self._sessions[session_id] = kept
+        self._size += kept.size
+        while self._size > self._budget:
+            _, dropped = self._sessions.popitem(last=False)
+            self._size -= dropped.size
+
+
+def estimated_bytes(messages: Sequence[ChatMessage]) -> int:
+    """About what ``messages`` hold in memory: each object, its text, its calls' names and inputs."""
+    total = 0
+    for message in messages:
+        total += MESSAGE_BYTES + len(message.content or "")
+        for call in message.tool_calls:
+            total += TOOL_CALL_BYTES + len(call.id) + len(call.name) + len(_json(call.input))
+    return total

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,12 @@ def _seconds(item: dict[str, Any], key: str, where: str) -> float:
 
 def scripted_usage(request: ModelRequest, text: str) -> Usage:
     """The scripted models' usage (contract section 9): characters sent and answered, over 4."""
-    sent = sum(len(message.content or "") for message in request.messages)
+    # Built-ins only (no Python frame a message): a long session's request has thousands.
+    sent = sum(map(len, filter(None, map(_CONTENT, request.messages))))
     return Usage(input_tokens=sent // 4, output_tokens=len(text) // 4)
+
+
+_CONTENT = operator.attrgetter("content")
 
 
 def _tool_call(call: Any, where: str) -> ModelToolCall:

@@ -27,6 +27,7 @@ from coordinator.server.bodies import (
     PromptBody,
     ReplyBody,
     ReplyResult,
+    ResumeAccepted,
     read_body,
 )
 from coordinator.server.edge import Edge, EdgePolicy
@@ -169,6 +170,11 @@ async def get_session(request: Request) -> Response:
     return _json(await _coordinator(request).get_session(request.path_params["sid"]))
 
 
+async def delete_session(request: Request) -> Response:
+    await _coordinator(request).delete_session(request.path_params["sid"])
+    return Response(status_code=204)
+
+
 async def prompt(request: Request) -> Response:
     body = await read_body(request, PromptBody)
     turn_id = await _coordinator(request).prompt(request.path_params["sid"], body.text)
@@ -178,6 +184,11 @@ async def prompt(request: Request) -> Response:
 async def interrupt(request: Request) -> Response:
     stopped = await _coordinator(request).interrupt(request.path_params["sid"], by="api")
     return _json(InterruptResult(interrupted=stopped))
+
+
+async def resume(request: Request) -> Response:
+    turn_id = await _coordinator(request).resume(request.path_params["sid"])
+    return _json(ResumeAccepted(turn_id=turn_id), 202)
 
 
 async def history(request: Request) -> Response:
@@ -313,12 +324,19 @@ OPERATIONS: tuple[Operation, ...] = (
               errors=_SESSION),
     Operation(method="GET", path="/api/session/{sid}", name="get_session", summary="One session",
               endpoint=get_session, response=Session, errors=_SESSION),
+    Operation(method="DELETE", path="/api/session/{sid}", name="delete_session",
+              summary="Delete a settled session with its history, requests, forms and events",
+              endpoint=delete_session, status=204, errors=(*_SESSION, errors.SessionBusy)),
     Operation(method="POST", path="/api/session/{sid}/prompt", name="prompt",
               summary="Queue a turn; it runs after any running turn", endpoint=prompt, status=202,
               body=PromptBody, response=PromptAccepted, errors=_SESSION + _CLOSED),
     Operation(method="POST", path="/api/session/{sid}/interrupt", name="interrupt",
               summary="Stop the running turn (reason interrupt, by api)", endpoint=interrupt,
               response=InterruptResult, errors=_SESSION),
+    Operation(method="POST", path="/api/session/{sid}/resume", name="resume",
+              summary="Resume the suspended turn a start with [server] resume = \"manual\" left",
+              endpoint=resume, status=202, response=ResumeAccepted,
+              errors=(*_SESSION, errors.NothingToResume, *_CLOSED)),
     Operation(method="GET", path="/api/session/{sid}/message", name="history",
               summary="The history: messages with their parts", endpoint=history,
               response=list[Message], errors=_SESSION),

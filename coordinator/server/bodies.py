@@ -81,6 +81,13 @@ class PromptAccepted:
 
 
 @attrs.frozen(kw_only=True)
+class ResumeAccepted:
+    """The suspended turn is resumed: it goes on from where it stopped (``session.execution.resumed``)."""
+
+    turn_id: str
+
+
+@attrs.frozen(kw_only=True)
 class InterruptResult:
     """Whether this interrupt stopped a turn (false when idle or already stopping)."""
 

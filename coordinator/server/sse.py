@@ -2,7 +2,8 @@
 
 Each event is ``id: SEQ``, ``event: TYPE``, ``data: JSON`` (exactly ``Event.to_dict()``) and a blank
 line; a live-only event (``session.text.delta``, asked for with ``?deltas=true``) has no ``id:`` line,
-so a client's ``Last-Event-ID`` never moves for it. A comment line keeps an idle connection alive. A slow client only delays its own stream: the bus
+so a client's ``Last-Event-ID`` never moves for it. A replay from a seq retention has deleted past
+starts with ``event: stream.truncated`` and ``data: {"oldest_seq": N}``, no id either. A comment line keeps an idle connection alive. A slow client only delays its own stream: the bus
 never waits for a subscriber, and what queued up meanwhile goes out as one chunk.
 """
 
@@ -17,8 +18,8 @@ import trio
 from starlette.types import Receive, Scope, Send
 
 from coordinator._coordinator import Coordinator
-from coordinator.bus import SessionSet
-from coordinator.events import Event
+from coordinator.bus import SessionSet, truncation
+from coordinator.events import STREAM_TRUNCATED, Event
 
 KEEPALIVE_SECONDS = 15.0
 """Idle seconds after which a ``: keep-alive`` comment is sent."""
@@ -41,8 +42,9 @@ _HEADERS = [
 
 
 def encode(event: Event) -> bytes:
-    """One event in the ``text/event-stream`` format."""
-    data = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    """One event in the ``text/event-stream`` format (``stream.truncated``: its payload alone)."""
+    body = event.payload if event.type == STREAM_TRUNCATED else event.to_dict()
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     if event.seq is None:
         return f"event: {event.type}\ndata: {data}\n\n".encode()
     return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
@@ -122,6 +124,9 @@ class EventStream:
         reader = self.coordinator.store.read
         high = self.coordinator.published_seq
         last = self.after
+        truncated = truncation(reader, last)
+        if truncated is not None:
+            await _send_body(send, encode(truncated))
         family = None
         if self.descendants and self.session_id is not None:
             family = reader.descendants(self.session_id)

@@ -83,6 +83,21 @@ class GroupDurability:
         self._wal_pages = 0
         self.sync_observer: Callable[[float], None] | None = None
         """Called with the seconds of each fsync of the WAL (the coordinator's metrics)."""
+        # The WAL file and the way to run a blocking call, while ``serve`` runs.
+        self._tools: tuple[WalFile | None, Blocking] | None = None
+
+    async def reclaim_space(self, pages: int) -> int:
+        """``PRAGMA incremental_vacuum(pages)`` in the sync thread (by the trio thread's own
+        connection when the task is not serving); returns the free pages left."""
+        await trio.lowlevel.checkpoint()
+        if self._path == ":memory:":
+            return 0
+        wal, blocking = self._tools if self._tools is not None else (None, _inline)
+        if wal is None:
+            return _incremental_vacuum(self._db, pages)
+        left: list[int] = []
+        await blocking(lambda: left.append(wal.reclaim(pages)))
+        return left[0]
 
     def committed(self, events: Sequence[Event]) -> None:
         """Count a commit; hand its events over now if SQLite synced it, else at the next cycle."""
@@ -128,6 +143,7 @@ class GroupDurability:
         virtual = _virtual_clock()
         thread = None if virtual else SyncThread()
         blocking: Blocking = _inline if thread is None else thread.run
+        self._tools = (wal, blocking)
         self._attach()
         try:
             task_status.started()
@@ -141,6 +157,7 @@ class GroupDurability:
                         await self._cycle(wal, blocking)
             finally:
                 try:
+                    self._tools = None
                     self._detach(wal)
                 finally:
                     if thread is not None:
@@ -296,16 +313,32 @@ class WalFile:
         **Raises:** ``StoreError`` when the disk refuses (what was committed stays in the WAL).
         """
         try:
-            if self._checkpointer is None:
-                self._checkpointer = apsw.Connection(self._path)
-                self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
-                # Syncs the WAL before copying and the database after: the copy never outruns the log.
-                self._checkpointer.execute("PRAGMA synchronous=NORMAL")
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._checkpoint_connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (apsw.BusyError, apsw.LockedError):
             return  # another connection checkpoints, or holds the lock: the next cycle tries again
         except apsw.Error as exc:
             raise errors.StoreError(f"checkpointing the write-ahead log failed: {exc}") from exc
+
+    def reclaim(self, pages: int) -> int:
+        """Give up to ``pages`` free pages of the database back to the file system; the free pages
+        left, or -1 when a writer held the lock (no error: the next call tries again).
+
+        **Raises:** ``StoreError`` when the disk refuses.
+        """
+        try:
+            return _incremental_vacuum(self._checkpoint_connection(), pages)
+        except (apsw.BusyError, apsw.LockedError):
+            return -1
+        except apsw.Error as exc:
+            raise errors.StoreError(f"reclaiming free pages failed: {exc}") from exc
+
+    def _checkpoint_connection(self) -> apsw.Connection:
+        if self._checkpointer is None:
+            self._checkpointer = apsw.Connection(self._path)
+            self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
+            # Syncs the WAL before copying and the database after: the copy never outruns the log.
+            self._checkpointer.execute("PRAGMA synchronous=NORMAL")
+        return self._checkpointer
 
     def close(self) -> None:
         if self._fd is not None:
@@ -314,6 +347,13 @@ class WalFile:
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
+
+
+def _incremental_vacuum(db: apsw.Connection, pages: int) -> int:
+    """Free up to ``pages`` pages of ``db``'s free list; returns how many are left on it."""
+    for _ in db.execute(f"PRAGMA incremental_vacuum({int(pages)})"):
+        pass  # a row a page: the statement works only while it is stepped
+    return int(str(db.execute("PRAGMA freelist_count").fetchall()[0][0]))
 
 
 def _sync_folder(folder: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import apsw
@@ -34,6 +35,7 @@ from coordinator.store.rows import (
     TURN_COLUMNS,
     ClaimRow,
     InstanceRow,
+    StoredMessage,
     ToolCallRow,
     TurnRow,
     WaitRow,
@@ -273,7 +275,8 @@ class Queries:
         start settles it as that stop instead of resuming it.
         """
         self.db.execute(
-            "UPDATE turns SET status = 'stopping', stop_reason = ? WHERE id = ? AND status IN ('running', 'suspended')",
+            "UPDATE turns SET status = 'stopping', stop_reason = ?, parked = 0 "
+            "WHERE id = ? AND status IN ('running', 'suspended')",
             (dump_reason(reason), turn_id),
         )
         return self.db.changes() == 1
@@ -287,9 +290,61 @@ class Queries:
     def mark_resumed(self, turn_id: str, after: str) -> bool:
         """Count a resume of a suspended or crashed turn. False if a stop was decided meanwhile."""
         self.db.execute(
-            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ? "
+            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ?, parked = 0 "
             "WHERE id = ? AND status IN ('running', 'suspended')",
             (after, turn_id),
+        )
+        return self.db.changes() == 1
+
+    # Parked turns (``[server] resume = "manual"``, contract section 14): suspended or crashed turns a
+    # start left for ``POST /api/session/{sid}/resume``; ``turns.parked`` keeps them so across restarts.
+    # 0: not parked; 1: parked; 2: a resume was asked and the turn awaits its takeover: no one parks it
+    # again (a watch that read it unparked before the resume), and any instance may take it over.
+    def park_turn(self, turn_id: str) -> bool:
+        """Park an unfinished turn that is not stopping. False if it moved on, is parked already, or a
+        resume was asked for it meanwhile."""
+        self.db.execute(
+            "UPDATE turns SET parked = 1 WHERE id = ? AND parked = 0 AND status IN ('running', 'suspended')",
+            (turn_id,),
+        )
+        return self.db.changes() == 1
+
+    def release_parked(self, turn_id: str) -> bool:
+        """Ask the resume of a parked turn (compare-and-set). False if it is not parked (any more)."""
+        self.db.execute("UPDATE turns SET parked = 2 WHERE id = ? AND parked = 1", (turn_id,))
+        return self.db.changes() == 1
+
+    def resume_asked_turn_ids(self) -> set[str]:
+        """Turns released from parking whose takeover has not happened yet."""
+        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 2")}
+
+    def parked_turn_ids(self) -> set[str]:
+        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 1")}
+
+    def is_parked(self, turn_id: str) -> bool:
+        return self._one("SELECT 1 FROM turns WHERE id = ? AND parked = 1", (turn_id,)) is not None
+
+    def parked_turn(self, session_id: str) -> TurnRow | None:
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? AND parked = 1", (session_id,)
+        )
+        return None if row is None else TurnRow.from_row(row)
+
+    def interruptible_turn(self, session_id: str) -> TurnRow | None:
+        """The turn an interrupt stops: the running one, else a parked one (its claim suspended)."""
+        row = self._one(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? "
+            "AND (status = 'running' OR (status = 'suspended' AND parked != 0)) ORDER BY ord LIMIT 1",
+            (session_id,),
+        )
+        return None if row is None else TurnRow.from_row(row)
+
+    def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
+        """Compare-and-set: the claim a dead ``dead_owner`` holds becomes suspended (owner kept, for the
+        record; the epoch unchanged: the next owner's takeover raises it). False if another took it."""
+        self.db.execute(
+            "UPDATE claims SET state = 'suspended' WHERE session_id = ? AND state = 'held' AND owner IS ?",
+            (session_id, dead_owner),
         )
         return self.db.changes() == 1
 
@@ -355,8 +410,9 @@ class Queries:
     def history_with_model_ids(self, session_id: str) -> tuple[list[Message], dict[str, str | None]]:
         """The history, and each tool call's model id (what the model is sent back), in two reads.
 
-        One join reads every message with its parts in order (not a query per message): a step
-        rebuilds the history before every model request, so this runs once per step.
+        One join reads every message with its parts in order (not a query per message). A step
+        reads only what came after its session's settled turns (``history_after``); this is the
+        whole history from scratch.
         """
         calls = {c.call_id: c for c in self.tool_calls_of_session(session_id)}
         rows = self._all(
@@ -365,26 +421,42 @@ class Queries:
             "WHERE m.session_id = ? ORDER BY m.ord, p.ord",
             (session_id,),
         )
-        result = []
-        for message_id, group in itertools.groupby(rows, key=lambda row: row[0]):
-            first, *rest = group
-            _, turn_id, role, created_at = first[:4]
-            parts: list[TextPart | ToolPart] = [
-                TextPart(text=text, status=status) if kind == "text" else _tool_part(calls[call_id])
-                for *_, kind, text, call_id, status in (first, *rest)
-                if kind is not None  # a message without parts joins one row of NULLs
-            ]
-            result.append(
-                Message(
-                    id=message_id,
-                    session_id=session_id,
-                    turn_id=turn_id,
-                    role=role,
-                    parts=parts,
-                    created_at=created_at,
+        messages = [message for message, _ in _messages(session_id, rows, calls)]
+        return messages, {call.call_id: call.model_call_id for call in calls.values()}
+
+    def history_after(
+        self, session_id: str, after_ord: int
+    ) -> tuple[list[StoredMessage], dict[str, str | None]]:
+        """The session's messages whose ``ord`` is above ``after_ord``, each with its ord and whether
+        its turn is settled, and the model ids of their tool calls: the tail of ``history``.
+
+        Reads only those messages, their parts and their calls, so a step's read does not grow with
+        the session's settled turns (``coordinator/models/history.py``, ``Conversations``).
+        """
+        calls = {
+            c.call_id: c
+            for c in (
+                ToolCallRow.from_row(row)
+                for row in self._all(
+                    f"SELECT {_CALL_COLUMNS_OF_C} FROM messages m JOIN parts p ON p.message_id = m.id "
+                    "JOIN tool_calls c ON c.session_id = m.session_id AND c.call_id = p.call_id "
+                    "WHERE m.session_id = ? AND m.ord > ? AND p.kind = 'tool'",
+                    (session_id, after_ord),
                 )
             )
-        return result, {call.call_id: call.model_call_id for call in calls.values()}
+        }
+        rows = self._all(
+            "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status, "
+            "m.ord, t.status = 'settled' "
+            "FROM messages m JOIN turns t ON t.id = m.turn_id LEFT JOIN parts p ON p.message_id = m.id "
+            "WHERE m.session_id = ? AND m.ord > ? ORDER BY m.ord, p.ord",
+            (session_id, after_ord),
+        )
+        stored = [
+            StoredMessage(ord=extra[0], turn_settled=bool(extra[1]), message=message)
+            for message, extra in _messages(session_id, rows, calls)
+        ]
+        return stored, {call.call_id: call.model_call_id for call in calls.values()}
 
     # tool calls -----------------------------------------------------------------------------
     def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None:
@@ -750,9 +822,68 @@ class Queries:
         return [r[0] for r in rows]
 
     def last_seq(self) -> int:
-        row = self._one("SELECT COALESCE(MAX(seq), 0) FROM events")
+        """The highest seq ever given, even if its event was deleted since (a deleted session's,
+        or one retention pruned): ``sqlite_sequence`` keeps it for the ``AUTOINCREMENT`` column."""
+        row = self._one(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+            "COALESCE((SELECT MAX(seq) FROM events), 0))"
+        )
         assert row is not None
         return int(row[0])
+
+    def page_counts(self) -> tuple[int, int]:
+        """The database's free pages and all its pages."""
+        free = self._one("PRAGMA freelist_count")
+        total = self._one("PRAGMA page_count")
+        assert free is not None and total is not None
+        return int(free[0]), int(total[0])
+
+    def event_horizon(self) -> int:
+        """The highest seq retention deleted (0 when it deleted none): a replay from below it has lost
+        events and starts with ``stream.truncated``."""
+        row = self._one("SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'event_horizon'")
+        return 0 if row is None else int(row[0])
+
+    def oldest_seq_after(self, after: int) -> int:
+        """The seq of the oldest kept event after ``after`` (of any session); the next seq to be given
+        when there is none."""
+        row = self._one("SELECT MIN(seq) FROM events WHERE seq > ?", (after,))
+        return self.last_seq() + 1 if row is None or row[0] is None else int(row[0])
+
+    def unsettled_turn_statuses(self, session_id: str) -> list[str]:
+        """The statuses of the session's turns that are queued, running, stopping or suspended."""
+        rows = self._all(
+            "SELECT status FROM turns WHERE session_id = ? AND status != 'settled' ORDER BY ord",
+            (session_id,),
+        )
+        return [r[0] for r in rows]
+
+
+_CALL_COLUMNS_OF_C = ", ".join(f"c.{column.strip()}" for column in TOOL_CALL_COLUMNS.split(","))
+
+
+def _messages(
+    session_id: str, rows: list[tuple[Any, ...]], calls: dict[str, ToolCallRow]
+) -> Iterator[tuple[Message, tuple[Any, ...]]]:
+    """Messages from rows of a message joined with its parts, in order (``id, turn_id, role,
+    created_at, kind, text, call_id, status``, then any columns of the message's own, returned with it)."""
+    for message_id, group in itertools.groupby(rows, key=lambda row: row[0]):
+        first, *rest = group
+        _, turn_id, role, created_at = first[:4]
+        parts: list[TextPart | ToolPart] = [
+            TextPart(text=text, status=status) if kind == "text" else _tool_part(calls[call_id])
+            for kind, text, call_id, status in (row[4:8] for row in (first, *rest))
+            if kind is not None  # a message without parts joins one row of NULLs
+        ]
+        message = Message(
+            id=message_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            role=role,
+            parts=parts,
+            created_at=created_at,
+        )
+        yield message, first[8:]
 
 
 def _in(column: str, values: list[str]) -> str:

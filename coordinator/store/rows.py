@@ -9,7 +9,7 @@ import attrs
 
 from coordinator import wire
 from coordinator.reasons import ParentLink, StopReason
-from coordinator.records import Partial, ToolError
+from coordinator.records import Message, Partial, ToolError
 
 
 def load_json(text: str | None) -> Any:
@@ -112,6 +112,16 @@ TOOL_CALL_COLUMNS = (
     "session_id, call_id, turn_id, step_id, parent_call_id, model_call_id, name, input, status, "
     "output, error, partial, progress"
 )
+
+
+@attrs.frozen(kw_only=True)
+class StoredMessage:
+    """A message of the history with where it stands: its ``ord`` in the session, and whether its
+    turn is settled (then nothing writes to it any more)."""
+
+    ord: int
+    turn_settled: bool
+    message: Message
 
 
 @attrs.frozen(kw_only=True)

@@ -19,16 +19,20 @@ from types import TracebackType
 from typing import Any
 
 import apsw
+import structlog
 import trio
 
 from coordinator import errors
 from coordinator.events import Draft, Event
+from coordinator.store._deletion import Deletions
 from coordinator.store._durability import GroupDurability
 from coordinator.store._errors import mapped
 from coordinator.store._migrations import MIGRATIONS
 from coordinator.store._queries import Queries
 
 BUSY_TIMEOUT_MS = 5000
+
+log = structlog.get_logger()
 
 
 def now_rfc3339() -> str:
@@ -61,7 +65,7 @@ APSW_ERRORS_MAPPED: dict[type[BaseException], type[errors.StoreError]] = {
 }
 
 
-class SqliteTx(Queries):
+class SqliteTx(Queries, Deletions):
     """An open write transaction. Its queries are synchronous; events appended here are published
     by the store only after the commit succeeds."""
 
@@ -237,6 +241,18 @@ class SqliteStore:
         """
         await self._durability.wait()
 
+    async def reclaim_space(self, pages: int) -> int:
+        """Give up to ``pages`` free pages back to the file system (``PRAGMA incremental_vacuum``), off
+        the trio thread while the durability task runs; returns the free pages left (-1: another
+        writer held the lock, try later).
+
+        Pages freed by deletions are reused by later writes anyway; this also shrinks the file. Call it
+        in small steps: each is a write transaction that a commit of the trio thread waits for.
+
+        **Cancellation:** not cancellable once handed to the thread (a step is short).
+        """
+        return await self._durability.reclaim_space(pages)
+
     async def sync_now(self) -> None:
         """Sync the WAL once more, whatever is pending: makes other processes' commits durable too."""
         await self._durability.sync_now()
@@ -256,6 +272,8 @@ def _connect(path: str, synchronous: str) -> apsw.Connection:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     db = apsw.Connection(path)
     db.set_busy_timeout(BUSY_TIMEOUT_MS)
+    # First: SQLite takes it only on an empty file, before anything (WAL mode included) is written.
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
@@ -274,6 +292,29 @@ def _check_integrity(db: apsw.Connection) -> None:
     problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)").fetchall()]
     if problems != ["ok"]:
         raise errors.StoreError(f"CorruptError: the database is damaged ({'; '.join(problems)})")
+
+
+def _ensure_incremental_vacuum(db: apsw.Connection, path: str) -> None:
+    """Convert a database created without auto-vacuum, once, so that the pages freed by deletions
+    go back to the file system (``reclaim_space``) instead of only to SQLite's free list.
+
+    ``VACUUM`` rewrites the whole file (outside any transaction, which is why it runs here, at open):
+    seconds for a large one, paid once.
+    """
+    if int(str(db.execute("PRAGMA auto_vacuum").fetchall()[0][0])) != AUTO_VACUUM_NONE:
+        return
+    started = time.monotonic()
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    try:
+        db.execute("VACUUM")
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        # Another process has the file open (a node not yet upgraded): the next open converts it.
+        log.warning("store_conversion_postponed", path=path, error=str(exc))
+        return
+    log.info("store_converted_to_incremental_vacuum", path=path, seconds=round(time.monotonic() - started, 3))
+
+
+AUTO_VACUUM_NONE = 0
 
 
 def _migrate(db: apsw.Connection) -> None:
@@ -304,6 +345,7 @@ def open_sqlite_store(path: str, *, synchronous: str = "full") -> Iterator[Sqlit
         try:
             if path != ":memory:":
                 _check_integrity(db)
+                _ensure_incremental_vacuum(db, path)
             _migrate(db)
         except BaseException:
             db.close()

@@ -18,6 +18,8 @@
  *   MAIN_BEGIN_UNCHECKED      before this branch: _begin does not read the turn again in its CAS
  *   MAIN_STEALS_SUSPENDED     before this branch: a suspended turn is taken whoever holds its claim
  *   MAIN_PENDING_ONLY         code today: a restart/shutdown keeps only a *pending* wait
+ *   MANUAL                    [server] resume = "manual" on every node: takeovers park, a person resumes
+ *   BROKEN_PLAIN_UNPARK       with MANUAL: a resume clears the flag (1 -> 0) instead of "resume asked" (2)
  *   NODES, PAUSES, TRIES, MAXRES, MAXEPOCH   the bounds (design/model/README.md)
  */
 
@@ -94,6 +96,12 @@
 #define CSETTLE 9
 #define CLEAN   10
 #define SETTLE  11
+#define PARK    12      /* Registry._park, after the watch read the turn */
+
+/* turns.parked */
+#define UNPARKED 0
+#define PARKED   1
+#define ASKED    2      /* a resume was asked; the takeover comes next */
 
 /* ---- the store ---------------------------------------------------------------------------- */
 byte claim_state = RELEASED;
@@ -106,6 +114,7 @@ byte resumes = 0;
 byte call = C_NONE;
 bool call_asks;                 /* the call's permission rule says "ask" */
 byte perm = P_NONE;
+byte parked = UNPARKED;
 
 /* instances */
 bool alive[NODES];
@@ -131,6 +140,7 @@ bool intent = false;            /* a deliberate stop's intent was committed */
 byte d_reply = D_NONE;
 byte d_int = D_NONE;
 byte d_decl = D_NONE;
+byte d_resume = D_NONE;         /* a person's resume: accepted (asked), applied (mark_resumed) */
 byte terminal = 0;              /* terminal settlements (session.idle) */
 byte pauses = 0;
 bool self_stopped = false;
@@ -170,6 +180,7 @@ bool self_stopped = false;
 	starts++; \
 	assert(starts == 1); \
 	assert(claim_owner == n && claim_state == HELD && epoch == myep[n]); \
+	assert(parked != PARKED); \
 	if \
 	:: d_reply == D_ACCEPTED -> d_reply = D_APPLIED \
 	:: else -> skip \
@@ -187,6 +198,37 @@ bool self_stopped = false;
 #else
 #define OBS_SUSP(n)    (turn == TSUSP && claim_owner != n && (claim_state == CSUSP || DEAD(claim_owner)))
 #endif
+#ifdef MANUAL
+/* Registry.recover with resume = "manual": what it would take over it parks, but a stop decided before
+ * (stopping) is settled, a parked turn is left, and a turn whose resume was asked is taken over. */
+#define OBS_LEFT(n)    (OBS_CRASHED(n) || OBS_SUSP(n))
+#define OBS_TAKE(n)    (OBS_LEFT(n) && parked != PARKED && (turn == STOPPING || parked == ASKED))
+#define OBS_PARK(n)    (OBS_LEFT(n) && turn != STOPPING && parked == UNPARKED)
+#define CAN_OBSERVE(n) (OBS_QUEUED(n) || OBS_TAKE(n) || OBS_PARK(n))
+
+inline observe(n) {
+	if
+	:: OBS_QUEUED(n) -> tko[n] = false; prev[n] = NONE; seen[n] = QUEUED; pc[n] = CLAIM
+	:: OBS_TAKE(n) -> tko[n] = true; prev[n] = claim_owner; seen[n] = turn; pc[n] = CLAIM
+	:: OBS_PARK(n) -> prev[n] = claim_owner; pc[n] = PARK
+	fi
+}
+
+/* Registry._park's transaction: a crashed turn's claim, still held by the owner it read, becomes
+ * suspended (compare-and-set); a suspended turn is parked unless a resume was asked meanwhile. */
+inline park(n) {
+	if
+	:: parked == UNPARKED && turn == RUNNING && claim_state == HELD && claim_owner == prev[n] ->
+		assert(d_resume != D_ACCEPTED);   /* a late park never swallows a resume */
+		claim_state = CSUSP; parked = PARKED
+	:: parked == UNPARKED && turn == TSUSP ->
+		assert(d_resume != D_ACCEPTED);
+		parked = PARKED
+	:: else -> skip
+	fi;
+	pc[n] = IDLE
+}
+#else
 #define CAN_OBSERVE(n) (OBS_QUEUED(n) || OBS_CRASHED(n) || OBS_SUSP(n))
 
 inline observe(n) {
@@ -195,6 +237,7 @@ inline observe(n) {
 	:: OBS_CRASHED(n) || OBS_SUSP(n) -> tko[n] = true; prev[n] = claim_owner; seen[n] = turn; pc[n] = CLAIM
 	fi
 }
+#endif
 
 /* session._begin: acquire_claim, a compare-and-set that grows the epoch. The fixed _begin reads
  * the turn again in the same transaction: a turn that another node started or settled meanwhile
@@ -204,7 +247,7 @@ inline observe(n) {
 #else
 #define CAS_OK(n)  ((!tko[n] && turn == QUEUED && claim_state == RELEASED) || \
                     (tko[n] && (turn == RUNNING || turn == STOPPING || turn == TSUSP) && \
-                     claim_state != RELEASED && claim_owner == prev[n]))
+                     claim_state != RELEASED && claim_owner == prev[n] && parked != PARKED))
 #endif
 
 inline claim(n) {
@@ -261,7 +304,12 @@ inline resume(n) {
 			assert(can_resume);            /* at most one resume per suspension or crash */
 			assert(!intent);               /* a deliberate stop never resumes */
 			can_resume = false;
-			turn = RUNNING; resumes++;
+			assert(parked != PARKED);
+			turn = RUNNING; resumes++; parked = UNPARKED;
+			if
+			:: d_resume == D_ACCEPTED -> d_resume = D_APPLIED
+			:: else -> skip
+			fi;
 			if
 			:: KEEPS_WAIT -> restoring[n] = true; pc[n] = POPEN
 			:: call == C_RUNNING && !KEEPS_WAIT -> FAIL_CALL_NOT_DELIBERATE; pc[n] = RECORD
@@ -430,6 +478,9 @@ end:
 	/* the registry's watch and the actor start */
 	:: atomic { UP(n) && !closing[n] && pc[n] == IDLE && CAN_OBSERVE(n) -> observe(n) }
 	:: atomic { UP(n) && pc[n] == CLAIM -> claim(n) }
+#ifdef MANUAL
+	:: atomic { UP(n) && pc[n] == PARK -> park(n) }
+#endif
 	:: atomic { UP(n) && pc[n] == EXEC -> execute(n) }
 	:: atomic { UP(n) && pc[n] == RESUME -> resume(n) }
 	:: atomic { UP(n) && pc[n] == RECORD -> record(n) }
@@ -460,8 +511,13 @@ end:
 /* Decisions, through node d: decisions.interrupt / reply_permission / dismiss_form. */
 inline interrupt(d) {
 	if
-	:: turn == RUNNING && !(RUNS_HERE(d) && (lstop[d] != R_NONE || pc[d] == SETTLE)) ->
-		turn = STOPPING; stop_reason = R_INTERRUPT; intent = true; d_int = D_ACCEPTED;
+	:: (turn == RUNNING || (turn == TSUSP && parked != UNPARKED)) &&
+	   !(RUNS_HERE(d) && (lstop[d] != R_NONE || pc[d] == SETTLE)) ->
+		turn = STOPPING; stop_reason = R_INTERRUPT; intent = true; d_int = D_ACCEPTED; parked = UNPARKED;
+		if
+		:: d_resume == D_ACCEPTED -> d_resume = D_APPLIED   /* superseded by the stop */
+		:: else -> skip
+		fi;
 		if
 		:: ACTIVE(d) -> lstop[d] = R_INTERRUPT; divert(d)   /* _stop_turn_of: it runs here */
 		:: else -> skip
@@ -478,13 +534,32 @@ inline reply(d) {
 	fi
 }
 
+/* decisions.resume then Registry.resume: the compare-and-set, then this node's takeover at once. */
+inline resume_asked(d) {
+	if
+	:: !closing[d] && parked == PARKED && pc[d] == IDLE ->
+#ifdef BROKEN_PLAIN_UNPARK
+		parked = UNPARKED;
+#else
+		parked = ASKED;
+#endif
+		d_resume = D_ACCEPTED;
+		tko[d] = true; prev[d] = claim_owner; seen[d] = turn; pc[d] = CLAIM
+	:: else -> skip   /* NothingToResume, or this node's actor is busy: ask again */
+	fi
+}
+
 inline decline(d) {
 	if
 	:: !closing[d] && perm == P_PENDING ->
 		perm = P_REJECTED; d_decl = D_ACCEPTED;
 		if
 		:: turn == RUNNING || turn == TSUSP ->
-			turn = STOPPING; stop_reason = R_DECLINED; intent = true;
+			turn = STOPPING; stop_reason = R_DECLINED; intent = true; parked = UNPARKED;
+			if
+			:: d_resume == D_ACCEPTED -> d_resume = D_APPLIED
+			:: else -> skip
+			fi;
 			if
 			:: ACTIVE(d) -> lstop[d] = R_DECLINED; divert(d)
 			:: else -> skip
@@ -502,7 +577,7 @@ inline decline(d) {
 #define KILLABLE(n)  true
 #endif
 
-byte tries[3];                  /* attempts of each decision: interrupt, reply, decline */
+byte tries[4];                  /* attempts of each decision: interrupt, reply, decline, resume */
 
 /* Everything that happens to node n, and every decision people make through it. */
 proctype env(byte n) {
@@ -529,6 +604,10 @@ end:
 		tries[1]++; reply(n) }
 	:: atomic { UP(n) && d_decl == D_NONE && d_reply == D_NONE && tries[2] < TRIES && perm != P_NONE ->
 		tries[2]++; decline(n) }
+#ifdef MANUAL
+	:: atomic { UP(n) && d_resume == D_NONE && tries[3] < TRIES && parked == PARKED ->
+		tries[3]++; resume_asked(n) }
+#endif
 	od
 }
 

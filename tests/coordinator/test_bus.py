@@ -11,7 +11,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.bus import Bus
+from coordinator.bus import Bus, Subscription
 from coordinator.events import Draft
 from coordinator.store import SqliteStore, open_store
 
@@ -89,3 +89,46 @@ async def test_a_session_subscription_sees_only_that_session(tmp_path: Path) -> 
         await commit(store, 4)
         bus.close()
         assert [e.payload["n"] async for e in bus.subscribe(session_id="s")] == [1, 3]
+
+
+async def _drain(subscription: Subscription, last_seq: int) -> list[tuple[int | None, str | None]]:
+    """What the subscription delivers until it reached ``last_seq``, as (seq, session)."""
+    seen: list[tuple[int | None, str | None]] = []
+    with trio.fail_after(5):
+        while not seen or seen[-1][0] != last_seq:
+            event = await subscription.__anext__()
+            seen.append((event.seq, event.session_id))
+    return seen
+
+
+async def test_a_deleted_sessions_events_leave_every_subscriber_and_its_own_streams_end(
+    tmp_path: Path,
+) -> None:
+    """Once a session is deleted, no subscriber gets its events any more, whether they were queued in
+    its live buffer or in a replay page it held, and a subscription of that session alone ends."""
+    with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
+        bus = Bus(store.read)
+        store.on_commit(bus.publish)
+        async with store.transaction() as tx:
+            tx.insert_session("s", "doomed", "now")
+        await commit(store, 4)  # seqs 1..4: t, s, t, s
+        replaying = bus.subscribe(after=0)
+        assert (await replaying.__anext__()).seq == 1  # holds 2..4 in its page
+        live_everything = bus.subscribe(after=4)
+        live_s = bus.subscribe(after=4, session_id="s")
+        replaying_s = bus.subscribe(after=0, session_id="s")
+        assert (await replaying_s.__anext__()).seq == 2  # holds 4 in its page
+        with trio.move_on_after(0.01):  # both attach live, and wait
+            await live_everything.__anext__()
+        with trio.move_on_after(0.01):
+            await live_s.__anext__()
+        await commit(store, 4)  # seqs 5..8, queued in the live buffers
+        async with store.transaction() as tx:
+            tx.delete_session("s")
+        bus.forget_session("s")
+        await commit(store, 2)  # 9 (t), 10 (s: a session id no longer known, as the store allows)
+        assert await _drain(replaying, 10) == [(3, "t"), (5, "t"), (7, "t"), (9, "t"), (10, "s")]
+        assert await _drain(live_everything, 10) == [(5, "t"), (7, "t"), (9, "t"), (10, "s")]
+        for ended in (live_s, replaying_s):
+            with trio.fail_after(5), pytest.raises(StopAsyncIteration):
+                await ended.__anext__()

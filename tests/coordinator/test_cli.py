@@ -220,7 +220,7 @@ def test_version_and_a_bare_command_teach_instead_of_failing(tmp_path: Path) -> 
     bare = run_cli(tmp_path)
     assert bare.returncode == 0 and bare.stderr == ""
     assert bare.stdout.startswith("usage: coordinator")
-    for command in ("serve", "init", "sessions", "prompt", "reply", "interrupt", "events", "demo"):
+    for command in ("serve", "init", "sessions", "prompt", "reply", "interrupt", "resume", "events", "demo"):
         assert command in bare.stdout, command
 
 

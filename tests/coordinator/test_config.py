@@ -99,6 +99,26 @@ def test_permission_rule_defaults_action_and_resource_to_any(tmp_path: Path) -> 
     assert config.permission == (Rule(action="*", resource="*", effect="deny"),)
 
 
+def test_keep_events_days_defaults_to_keeping_everything_and_takes_fractions(tmp_path: Path) -> None:
+    """Retention is off unless asked for; a fraction of a day is a valid window (tests, soaks)."""
+    assert load_config(write_config(tmp_path, "")).store.keep_events_days == 0
+    config = load_config(write_config(tmp_path, "[store]\nkeep_events_days = 0.5\n"))
+    assert config.store.keep_events_days == 0.5
+    assert (
+        load_config(write_config(tmp_path, "[store]\nkeep_events_days = 30\n")).store.keep_events_days == 30.0
+    )
+
+
+def test_resume_policy_defaults_to_auto_and_takes_manual(tmp_path: Path) -> None:
+    """An operator who wants sessions paused at start says so in one key; the default changes nothing."""
+    assert load_config(write_config(tmp_path, "")).server.resume == "auto"
+    assert load_config(write_config(tmp_path, '[server]\nresume = "manual"\n')).server.resume == "manual"
+    assert config_from(Config(base_dir=tmp_path), resume="manual").server.resume == "manual"
+    with pytest.raises(ConfigError) as caught:
+        config_from(Config(base_dir=tmp_path), resume="paused")
+    assert str(caught.value) == '[server].resume: expected one of auto, manual, got "paused"'
+
+
 def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
     """Seconds may be written as whole numbers or with a fraction."""
     config = load_config(write_config(tmp_path, "[timeouts]\nstep = 2\ntool = 0.5\n"))
@@ -134,6 +154,14 @@ def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
             "[server]\nmax_resumes = -1\n",
             "coordinator.toml: [server].max_resumes: expected an integer 0 or more, got -1",
         ),
+        (
+            '[server]\nresume = "later"\n',
+            'coordinator.toml: [server].resume: expected one of auto, manual, got "later"',
+        ),
+        (
+            "[server]\nresume = true\n",
+            "coordinator.toml: [server].resume: expected one of auto, manual, got true",
+        ),
         ("[timeouts]\nstep = -1\n", "coordinator.toml: [timeouts].step: expected a number 0 or more, got -1"),
         (
             "[timeouts]\nstep = nan\n",
@@ -142,6 +170,18 @@ def test_int_is_accepted_where_a_float_is_expected(tmp_path: Path) -> None:
         (
             "[timeouts]\nturn = false\n",
             "coordinator.toml: [timeouts].turn: expected a number 0 or more, got false",
+        ),
+        (
+            "[store]\nkeep_events_days = -1\n",
+            "coordinator.toml: [store].keep_events_days: expected a number 0 or more, got -1",
+        ),
+        (
+            '[store]\nkeep_events_days = "30"\n',
+            'coordinator.toml: [store].keep_events_days: expected a number 0 or more, got "30"',
+        ),
+        (
+            "[store]\nkeep = 30\n",
+            "coordinator.toml: [store].keep: unknown key (expected one of keep_events_days)",
         ),
         (
             '[model]\nprovider = "gpt"\n',
@@ -174,7 +214,7 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[server]\nprot = 1\n",
             "coordinator.toml: [server].prot: unknown key (expected one of host, port, db, token, lease, "
-            "max_resumes, shutdown_grace, allowed_hosts, cors_origins)",
+            "max_resumes, resume, shutdown_grace, allowed_hosts, cors_origins)",
         ),
         (
             '[[permission]]\neffect = "ask"\ntool = "shell"\n',
@@ -184,12 +224,12 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[logging]\nlevel = 1\n",
             "coordinator.toml: [logging]: unknown section (expected one of [server], [model], [timeouts], "
-            "[limits], [[permission]], [[plugin]])",
+            "[store], [limits], [[permission]], [[plugin]])",
         ),
         (
             "verbose = true\n",
             "coordinator.toml: verbose: unknown section (expected one of [server], [model], "
-            "[timeouts], [limits], [[permission]], [[plugin]])",
+            "[timeouts], [store], [limits], [[permission]], [[plugin]])",
         ),
         ("[[server]]\nport = 1\n", "coordinator.toml: [server]: expected a table, got an array"),
         (

@@ -1,4 +1,4 @@
-"""The CLI commands that talk to a running server (``sessions``, ``prompt``, ``reply``, ``interrupt``,
+"""The CLI commands that talk to a running server (``sessions``, ``prompt``, ``reply``, ``interrupt``, ``resume``,
 ``events --session``), as real processes against a real ``coordinator serve``."""
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def test_the_remote_commands_find_the_server_by_the_config_and_the_token_by_the_
         assert with_deltas.returncode == 0 and len(with_deltas.stdout.splitlines()) >= len(events)
         interrupted = run_cli(elsewhere, "interrupt", session["id"], **token)
         assert (interrupted.returncode, interrupted.stdout) == (0, "false\n")
+        idle = run_cli(elsewhere, "resume", session["id"], **token)
+        assert idle.returncode == 1 and len(idle.stderr.splitlines()) == 1
+        assert f"NothingToResume: session '{session['id']}' has no suspended turn" in idle.stderr
 
         unknown = run_cli(elsewhere, "prompt", "ses_unknown", "hi", **token)
         assert unknown.returncode == 1 and len(unknown.stderr.splitlines()) == 1

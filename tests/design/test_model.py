@@ -58,6 +58,14 @@ def test_the_model_verifies_clean(mode: str) -> None:
 
 
 @pytest.mark.slow
+def test_the_model_with_the_manual_resume_policy_verifies_clean() -> None:
+    """With every node on ``resume = "manual"``: no tool starts while its turn is parked, a parked turn
+    is resumed only after a person asked, and no late park swallows that resume."""
+    output = _verify("safety", "clean", "-DMANUAL")
+    assert _errors(output) == 0
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("switch", "violated", "bounds"),
     [
@@ -71,6 +79,9 @@ def test_the_model_verifies_clean(mode: str) -> None:
         ("MAIN_PENDING_ONLY", "assertion violated (d_reply!=1)", ()),
         # Two live nodes take a suspended turn from each other without end: the epoch bound is hit.
         ("MAIN_STEALS_SUSPENDED", "assertion violated (epoch<7)", THREE_NODES),
+        # resume = "manual": a resume that clears the flag lets a watch that read the turn before it
+        # park it again, and the resume is lost.
+        ("BROKEN_PLAIN_UNPARK", "assertion violated (d_resume!=1)", ("-DMANUAL",)),
     ],
 )
 def test_a_broken_variant_yields_a_counterexample(

@@ -66,6 +66,7 @@ export const path = {
   session: (sid) => `/api/session/${encodeURIComponent(sid)}`,
   prompt: (sid) => `${path.session(sid)}/prompt`,
   interrupt: (sid) => `${path.session(sid)}/interrupt`,
+  resume: (sid) => `${path.session(sid)}/resume`,
   permissions: (sid) => `${path.session(sid)}/permission`,
   reply: (sid, rid) => `${path.session(sid)}/permission/${encodeURIComponent(rid)}/reply`,
   forms: (sid) => `${path.session(sid)}/form`,

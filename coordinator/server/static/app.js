@@ -91,6 +91,8 @@ function showSessionHead(session) {
   $("session-title").textContent = session.title || session.id;
   const outcome = session.last_outcome ? `, last outcome: ${session.last_outcome}` : "";
   $("session-state").textContent = `${session.status}${outcome}`;
+  // Only a turn parked by a start with `[server] resume = "manual"` can be resumed.
+  $("resume").hidden = session.status !== "suspended";
 }
 
 function select(sessionId) {
@@ -105,6 +107,7 @@ function select(sessionId) {
     $("history").replaceChildren();
     $("session-title").textContent = "No session selected";
     $("session-state").textContent = "";
+    $("resume").hidden = true;
     return;
   }
   $("connection").textContent = "connecting…";
@@ -181,6 +184,18 @@ async function interrupt() {
   notify(answer.interrupted ? "Interrupt sent: the turn is stopping." : "Nothing to interrupt: no turn is running.");
 }
 
+async function resume() {
+  if (!page.sessionId) return notify("Select a session first.");
+  try {
+    await api("POST", path.resume(page.sessionId));
+    notify("Resumed: the suspended turn goes on.");
+  } catch (error) {
+    if (!(error instanceof ApiError && error.errorName === "NothingToResume")) throw error;
+    notify("Nothing to resume: no turn is suspended.");
+  }
+  refreshSoon();
+}
+
 function wire() {
   $("composer").addEventListener("submit", (submitted) => {
     submitted.preventDefault();
@@ -193,6 +208,7 @@ function wire() {
     }
   });
   $("interrupt").addEventListener("click", () => interrupt().catch(complain));
+  $("resume").addEventListener("click", () => resume().catch(complain));
   $("new-session").addEventListener("submit", (submitted) => {
     submitted.preventDefault();
     createSession($("new-title").value.trim())

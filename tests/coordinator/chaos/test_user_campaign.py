@@ -160,3 +160,22 @@ def test_the_command_exits_2_on_a_config_it_cannot_use(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("coordinator: error: ") and "missing.toml" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fault", ["shutdown", "crash"])
+def test_a_users_manual_resume_policy_does_not_stop_the_campaign_checking_resumes(
+    tmp_path: Path, fault: str
+) -> None:
+    """The campaign checks section 6's resume rules, so its restarts resume whatever the user's
+    ``[server] resume`` says: with "manual" every restarted turn would stay parked."""
+    config, script = write_files(tmp_path, "tidy")
+    config.write_text('[server]\nresume = "manual"\n\n' + config.read_text())
+    setup = Setup.load(config, script)
+    assert setup.config.server.resume == "manual"
+    point = "plugin.tidy.helper-started"
+    with scratch_root() as scratch, adopting_orphans():
+        quiet = execute_run(5, 0, root=Path(scratch), schedule=(), setup=setup)
+        schedule = (Injection(quiet.record.checkpoints.index(point) + 1, point, Fault(fault)),)
+        result = run_one(5, 0, root=Path(scratch), schedule=schedule, setup=setup)
+    assert (fault, point) in result.applied
+    assert result.violations == ()

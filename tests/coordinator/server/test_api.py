@@ -262,6 +262,8 @@ BAD_INPUT = [
     ("GET", "/api/session/ses_unknown", b"", "SessionNotFound", "ses_unknown"),
     ("POST", "/api/session/ses_unknown/prompt", b'{"text": "hi"}', "SessionNotFound", "ses_unknown"),
     ("POST", "/api/session/ses_unknown/interrupt", b"", "SessionNotFound", "ses_unknown"),
+    ("POST", "/api/session/ses_unknown/resume", b"", "SessionNotFound", "ses_unknown"),
+    ("POST", "/api/session/{sid}/resume", b"", "NothingToResume", "no suspended turn"),
     ("GET", "/api/session/ses_unknown/message", b"", "SessionNotFound", "ses_unknown"),
     ("GET", "/api/session/ses_unknown/permission", b"", "SessionNotFound", "ses_unknown"),
     ("GET", "/api/session/ses_unknown/form", b"", "SessionNotFound", "ses_unknown"),
@@ -281,6 +283,7 @@ STATUS = {
     "FormNotFound": 404,
     "RouteNotFound": 404,
     "MethodNotAllowed": 405,
+    "NothingToResume": 409,
 }
 
 
@@ -383,8 +386,10 @@ CONTRACT_ROUTES = {
     ("post", "/api/session"),
     ("get", "/api/session"),
     ("get", "/api/session/{sid}"),
+    ("delete", "/api/session/{sid}"),
     ("post", "/api/session/{sid}/prompt"),
     ("post", "/api/session/{sid}/interrupt"),
+    ("post", "/api/session/{sid}/resume"),
     ("get", "/api/session/{sid}/message"),
     ("get", "/api/permission"),
     ("get", "/api/session/{sid}/permission"),
@@ -413,6 +418,12 @@ async def test_openapi_document_lists_every_route_with_schemas_that_match_the_wi
     assert components["ReplyBody"]["properties"]["decision"]["enum"] == ["once", "always", "reject"]
     assert components["ReplyBody"]["required"] == ["decision"]
     assert set(reply["responses"]) == {"200", "400", "403", "404", "409", "415", "421", "500"}
+    resume = doc["paths"]["/api/session/{sid}/resume"]["post"]
+    assert set(resume["responses"]) == {"202", "403", "404", "409", "415", "421", "500", "503"}
+    assert resume["responses"]["202"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ResumeAccepted"
+    }
+    assert resume["responses"]["409"]["description"] == "NothingToResume"
     settled = components["PermissionAlreadySettled"]["properties"]["error"]
     assert settled["properties"]["name"] == {"const": "PermissionAlreadySettled"}
     assert "settlement" in settled["properties"]

@@ -107,6 +107,27 @@ async def test_a_stale_claim_owner_is_fenced_out(store: SqliteStore) -> None:
         tx.fence("s1", "owner-b", second)
 
 
+async def test_a_parked_turn_is_released_once_and_never_parked_again_before_its_takeover(
+    store: SqliteStore,
+) -> None:
+    """Parking and its release are compare-and-sets: a watch that read the turn before a resume was
+    asked cannot park it again (the resume would be lost), and a second resume finds nothing."""
+    async with store.transaction() as tx:
+        tx.insert_session("s1", "t", "now")
+        tx.insert_turn("t1", "s1", "go", "now")
+        tx.set_turn_status("t1", "suspended")
+        assert tx.park_turn("t1") and not tx.park_turn("t1")
+    assert store.read.parked_turn_ids() == {"t1"} and store.read.is_parked("t1")
+    async with store.transaction() as tx:
+        assert tx.release_parked("t1") and not tx.release_parked("t1")
+        assert not tx.park_turn("t1")  # the late watch
+        assert tx.parked_turn("s1") is None
+    assert store.read.parked_turn_ids() == set() and store.read.resume_asked_turn_ids() == {"t1"}
+    async with store.transaction() as tx:
+        assert tx.mark_resumed("t1", "shutdown")
+    assert store.read.resume_asked_turn_ids() == set() and not store.read.is_parked("t1")
+
+
 def test_every_apsw_error_is_translated_at_the_boundary() -> None:
     """No apsw exception escapes the store: each maps to a StoreError subclass."""
     for source, target in APSW_ERRORS_MAPPED.items():

@@ -1,0 +1,116 @@
+"""Deleting rows for good: a whole session (``DELETE /api/session/{sid}``) and old events (retention).
+
+Writes of an open transaction (``SqliteTx`` mixes them in); the caller owns the commit. Neither makes a
+seq come back: ``events.seq`` is ``AUTOINCREMENT``, so SQLite keeps the highest seq ever given in
+``sqlite_sequence`` whatever rows are deleted, and ``Queries.last_seq`` reads it from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+import attrs
+
+# What a session owns besides its events, keyed by the session's id (parts go through messages).
+_SESSION_TABLES = (
+    "messages",
+    "tool_calls",
+    "steps",
+    "permission_requests",
+    "forms",
+    "session_rules",
+    "claims",
+    "turns",  # after every table whose rows name a turn; before sessions (its foreign key)
+)
+
+# The statuses of a turn that has begun and is not settled: retention keeps its events.
+_UNSETTLED = "('running', 'stopping', 'suspended')"
+
+
+class Deletions:
+    """The deleting writes of a transaction."""
+
+    db: apsw.Connection
+
+    def delete_session(self, session_id: str) -> int:
+        """Delete the session and everything it owns, its events included; returns how many events."""
+        db = self.db
+        db.execute(
+            "DELETE FROM parts WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)",
+            (session_id,),
+        )
+        for table in _SESSION_TABLES:
+            db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+        db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+        deleted = db.changes()
+        db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        return deleted
+
+    def prune_events(self, cutoff: str, after: int, limit: int) -> PruneBatch:
+        """Delete the events among the next ``limit`` after seq ``after`` that are older than ``cutoff``
+        (an RFC 3339 time, compared as text) and belong to no unsettled turn.
+
+        The batch reads at most ``limit`` rows in seq order and stops at the first event not older
+        than ``cutoff``: times grow with seq, so that is where the old events end, and the read never
+        runs on through the young ones. The highest seq deleted raises the stored event horizon.
+        """
+        rows = self.db.execute(
+            "SELECT seq, session_id, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+        ).fetchall()
+        old = [(seq, session_id) for seq, session_id, _ in _while_older(rows, cutoff)]
+        kept_from = self._unsettled_turn_starts()
+        doomed = [(seq,) for seq, session_id in old if seq < kept_from.get(session_id, seq + 1)]
+        if doomed:
+            self.db.executemany("DELETE FROM events WHERE seq = ?", doomed)
+            self._raise_horizon(doomed[-1][0])
+        return PruneBatch(
+            deleted=len(doomed),
+            scanned_to=old[-1][0] if old else after,
+            finished=len(old) < len(rows) or len(rows) < limit,
+        )
+
+    def _unsettled_turn_starts(self) -> dict[str | None, int]:
+        """For each session with an unsettled turn, the seq its events are kept from: the turn's
+        ``session.turn.started`` (a session runs one turn at a time, so it is the session's last
+        one), or 0 (everything) if that event cannot be found."""
+        sessions = self.db.execute(
+            f"SELECT DISTINCT session_id FROM turns WHERE status IN {_UNSETTLED}"
+        ).fetchall()
+        starts: dict[str | None, int] = {}
+        for (session_id,) in sessions:
+            assert isinstance(session_id, str)
+            # Walks the session's index backwards from its newest event: the current turn's events.
+            row = self.db.execute(
+                "SELECT seq FROM events WHERE session_id = ? AND type = 'session.turn.started' "
+                "ORDER BY seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchall()
+            starts[session_id] = int(str(row[0][0])) if row else 0
+        return starts
+
+    def _raise_horizon(self, seq: int) -> None:
+        self.db.execute(
+            "INSERT INTO store_meta(key, value) VALUES ('event_horizon', ?) ON CONFLICT(key) DO UPDATE "
+            "SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+            (str(seq),),
+        )
+
+
+def _while_older(rows: list[tuple[Any, ...]], cutoff: str) -> list[tuple[Any, ...]]:
+    """The leading rows whose time (third column) is before ``cutoff``."""
+    for index, row in enumerate(rows):
+        if row[2] >= cutoff:
+            return rows[:index]
+    return rows
+
+
+@attrs.frozen(kw_only=True)
+class PruneBatch:
+    """What one batch of ``prune_events`` did."""
+
+    deleted: int
+    scanned_to: int
+    """The seq the next batch reads after (events kept here are looked at again at the next pass)."""
+    finished: bool
+    """No older event follows: the pass is over."""

@@ -1,0 +1,124 @@
+"""The kept conversation of settled turns: what it keeps, when it reads again, what it drops."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.models.base import ChatMessage
+from coordinator.models.history import Conversations, estimated_bytes, to_chat
+from coordinator.records import ToolError
+from coordinator.store import SqliteStore, open_store
+from coordinator.store.rows import ToolCallRow
+from coordinator.store.sqlite import SqliteTx
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    with open_store(str(tmp_path / "store.sqlite"), synchronous="normal") as opened:
+        yield opened
+
+
+def add_turn(tx: SqliteTx, session_id: str, turn_id: str, status: str) -> None:
+    """A turn with its prompt and a text answer."""
+    tx.insert_turn(turn_id, session_id, f"prompt of {turn_id}", "now")
+    tx.set_turn_status(turn_id, status)
+    tx.insert_message(f"{turn_id}-user", session_id, turn_id, "user", "now")
+    tx.add_text_part(f"{turn_id}-user", f"prompt of {turn_id}")
+    tx.insert_message(f"{turn_id}-answer", session_id, turn_id, "assistant", "now")
+    tx.add_text_part(f"{turn_id}-answer", f"answer of {turn_id}")
+
+
+def add_running_call(tx: SqliteTx, session_id: str, turn_id: str, call_id: str) -> None:
+    """An assistant message whose tool call has no result yet (a suspended turn keeps such a call)."""
+    message_id = f"{turn_id}-{call_id}"
+    tx.insert_message(message_id, session_id, turn_id, "assistant", "now")
+    call = ToolCallRow(
+        session_id=session_id,
+        call_id=call_id,
+        turn_id=turn_id,
+        step_id=None,
+        parent_call_id=None,
+        model_call_id="model-id",
+        name="shell",
+        input={"command": "ls"},
+        status="running",
+        output=None,
+        error=None,
+        partial=None,
+        progress=None,
+    )
+    tx.insert_tool_call(call, "now")
+    tx.add_tool_part(message_id, call_id)
+
+
+def rebuilt(store: SqliteStore, session_id: str) -> tuple[ChatMessage, ...]:
+    return to_chat(*store.read.history_with_model_ids(session_id))
+
+
+async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_step(
+    store: SqliteStore,
+) -> None:
+    """A call of a turn that is not settled may still get its result (a kept wait answered later):
+    that turn is read from the store at every step, never kept."""
+    async with store.transaction() as tx:
+        tx.insert_session("s", "t", "now")
+        add_turn(tx, "s", "t1", "settled")
+        add_turn(tx, "s", "t2", "suspended")
+        add_running_call(tx, "s", "t2", "call-1")
+        add_turn(tx, "s", "t3", "settled")
+    conversations = Conversations()
+    before = conversations.request_messages(store.read, "s", epoch=1)
+    assert before == rebuilt(store, "s")
+    assert conversations.kept_messages("s") == 2  # t1 only: t2 is not settled, and t3 comes after it
+    assert '"interrupted"' in (before[5].content or "")  # the call has no result yet
+
+    async with store.transaction() as tx:
+        tx.settle_tool_call("s", "call-1", error=ToolError(type="declined", message="no"))
+        tx.set_turn_status("t2", "settled")
+    after = conversations.request_messages(store.read, "s", epoch=1)
+    assert after == rebuilt(store, "s")
+    assert '"declined"' in (after[5].content or "")
+    assert conversations.kept_messages("s") == len(after)
+
+
+async def test_a_claim_held_by_another_owner_meanwhile_reads_the_history_again(store: SqliteStore) -> None:
+    """An epoch more than one above the last turn's means another owner held the claim in between:
+    nothing kept is trusted, whatever that owner wrote."""
+    async with store.transaction() as tx:
+        tx.insert_session("s", "t", "now")
+        add_turn(tx, "s", "t1", "settled")
+    conversations = Conversations()
+    conversations.request_messages(store.read, "s", epoch=1)
+    store.read.db.execute("UPDATE parts SET text = 'rewritten' WHERE message_id = 't1-answer'")
+    assert conversations.request_messages(store.read, "s", epoch=3) == rebuilt(store, "s")
+    assert conversations.request_messages(store.read, "s", epoch=3)[1].content == "rewritten"
+
+
+async def test_forget_drops_a_session(store: SqliteStore) -> None:
+    async with store.transaction() as tx:
+        tx.insert_session("s", "t", "now")
+        add_turn(tx, "s", "t1", "settled")
+    conversations = Conversations()
+    conversations.request_messages(store.read, "s", epoch=1)
+    assert conversations.size > 0
+    conversations.forget("s")
+    assert (conversations.kept_messages("s"), conversations.size) == (0, 0)
+
+
+async def test_the_sessions_used_least_recently_are_dropped_beyond_the_budget(store: SqliteStore) -> None:
+    """The budget bounds the memory of every session's kept conversation together."""
+    async with store.transaction() as tx:
+        for session_id in ("a", "b"):
+            tx.insert_session(session_id, "t", "now")
+            add_turn(tx, session_id, f"{session_id}1", "settled")
+    one = estimated_bytes(rebuilt(store, "a"))
+    conversations = Conversations(budget=one + one // 2)
+    conversations.request_messages(store.read, "a", epoch=1)
+    conversations.request_messages(store.read, "b", epoch=1)
+    assert (conversations.kept_messages("a"), conversations.kept_messages("b")) == (0, 2)
+    assert conversations.size == one
+    conversations.request_messages(store.read, "a", epoch=1)
+    assert (conversations.kept_messages("a"), conversations.kept_messages("b")) == (2, 0)

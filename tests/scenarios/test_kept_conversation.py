@@ -1,0 +1,218 @@
+"""Long, varied sessions: every request the model receives equals the conversation rebuilt from the store.
+
+A step keeps each session's settled turns converted (``Conversations`` in coordinator/models/history.py)
+and reads only the rest. Whatever the turns did (text, tool calls, failed and unknown calls, a stream
+cut by an interrupt, a declined call, a tool interrupted, a shutdown and a crash with their resumed
+turns, a turn run by another coordinator on the same database), the request must be exactly the one
+a rebuild from scratch gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import apsw
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from coordinator import Coordinator
+from coordinator.config import Config, PluginConfig
+from coordinator.events import Event
+from coordinator.models import history
+from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
+from coordinator.models.history import to_chat
+from coordinator.models.scripted import ScriptedModel
+from coordinator.store import Queries
+from tests.conftest import ASK_SHELL, Recorder, make_config, running
+
+# ``fail`` raises a ToolFailure (with a partial result), not any exception: an exception is logged
+# with its traceback, and rendering a dozen of them would be most of the test's time.
+PLUGIN = '''
+import trio
+
+from coordinator.errors import ToolFailure
+
+
+async def noop() -> str:
+    """Do nothing."""
+    await trio.lowlevel.checkpoint()
+    return "ok"
+
+
+async def fail(why: str) -> str:
+    """Fail with ``why``."""
+    await trio.lowlevel.checkpoint()
+    raise ToolFailure(type="error", message=why, partial={"written": ["a.txt"]})
+
+
+async def slow(seconds: float, progress=None) -> dict:
+    """Report progress, sleep, then say how long."""
+    progress({"stage": "sleeping", "of": seconds})
+    await trio.sleep(seconds)
+    return {"slept": seconds}
+'''
+
+# The model reuses its call ids from turn to turn, as models may: the store renames its own ids and
+# each request must send the model's id back.
+TEXT = {"text": "Plain answer, é."}
+NOOP = {"tool_calls": [{"id": "c1", "name": "noop"}]}
+FAIL = {"text": "Trying.", "tool_calls": [{"id": "c1", "name": "fail", "input": {"why": "no disk"}}]}
+PAIR = {
+    "text": "Two at once.",
+    "tool_calls": [{"id": "c1", "name": "noop"}, {"id": "c2", "name": "nonexistent", "input": {"x": [1]}}],
+}
+STREAM = {"chunks": ["Once ", "upon ", "a ", "time"], "chunk_delay": 1}
+SHELL = {"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo hi"}}]}
+SLOW = {"tool_calls": [{"id": "c1", "name": "slow", "input": {"seconds": 1000}}]}
+LONG_STREAM = {"chunks": ["Saved ", "before ", "the ", "crash"], "chunk_delay": 1}
+
+# Each kind of turn: the model's answers to its requests.
+TURNS: dict[str, list[dict[str, Any]]] = {
+    "text": [TEXT],
+    "tool": [NOOP, TEXT],
+    "fail": [FAIL, TEXT],
+    "pair": [PAIR, TEXT],
+    "stream_interrupted": [STREAM],
+    "declined": [SHELL],
+    "tool_interrupted": [SLOW],
+}
+CYCLE = list(TURNS)
+
+
+@attrs.define
+class CheckingModel:
+    """Answers each session from its own script and keeps, for every request, the request's messages
+    and the conversation rebuilt from scratch from the store at that moment (on a connection of its own)."""
+
+    db_path: Path
+    # Not in the repr: a logged traceback renders its frames' locals, this model among them.
+    scripts: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict, repr=False)
+    sent: list[tuple[tuple[ChatMessage, ...], tuple[ChatMessage, ...]]] = attrs.field(
+        factory=list, repr=False
+    )
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        reader = Queries(apsw.Connection(str(self.db_path), flags=apsw.SQLITE_OPEN_READONLY))
+        try:
+            rebuilt = to_chat(*reader.history_with_model_ids(request.session_id))
+        finally:
+            reader.db.close()
+        self.sent.append((request.messages, rebuilt))
+        return await ScriptedModel.from_json(self.scripts[request.session_id]).complete(request)
+
+    async def aclose(self) -> None:
+        return None
+
+    def assert_every_request_rebuilt(self) -> None:
+        for index, (messages, rebuilt) in enumerate(self.sent):
+            assert messages == rebuilt, f"request {index}"
+
+
+def config_for(tmp_path: Path) -> Config:
+    (tmp_path / "longtools.py").write_text(PLUGIN)
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    plugins = tuple(PluginConfig(entry=f"longtools:{name}") for name in ("noop", "fail", "slow"))
+    return attrs.evolve(config, plugin=plugins)
+
+
+def of_turn(type: str, turn_id: str) -> Callable[[Event], bool]:
+    return lambda event: event.type == type and event.payload.get("turn_id") == turn_id
+
+
+@attrs.define
+class Driver:
+    """Runs turns of each kind in a session and waits for their end."""
+
+    coord: Coordinator
+    recorder: Recorder
+    model: CheckingModel
+
+    async def turn(self, session_id: str, kind: str) -> None:
+        self.model.scripts[session_id].extend(TURNS[kind])
+        turn_id = await self.coord.prompt(session_id, f"please do {kind}")
+        if kind == "stream_interrupted":
+            await self.recorder.wait_until(of_turn("session.step.started", turn_id))
+            await trio.sleep(1.5)  # "Once upon " streamed
+            assert await self.coord.interrupt(session_id)
+        elif kind == "declined":
+            call_id = (await self.recorder.wait_until(of_turn("session.tool.started", turn_id))).payload[
+                "call_id"
+            ]
+            asked = await self.recorder.wait_until(
+                lambda e: (
+                    e.type == "permission.asked"
+                    and e.session_id == session_id
+                    and e.payload["request"]["call_id"] == call_id
+                )
+            )
+            await self.coord.reply_permission(session_id, asked.payload["request"]["id"], "reject")
+        elif kind == "tool_interrupted":
+            await self.recorder.wait_until(of_turn("session.tool.started", turn_id))
+            await trio.testing.wait_all_tasks_blocked()
+            assert await self.coord.interrupt(session_id)
+        await self.recorder.wait_until(of_turn("session.idle", turn_id))
+
+    async def cycles(self, session_ids: list[str], count: int) -> None:
+        """``count`` times every kind of turn, the sessions taking turns."""
+        for _ in range(count):
+            for kind in CYCLE:
+                for session_id in session_ids:
+                    await self.turn(session_id, kind)
+
+
+async def long_sessions(tmp_path: Path) -> tuple[CheckingModel, int]:
+    """Two sessions through three coordinators: cycles of every kind of turn, a shutdown while a tool
+    runs, a crash while the model streams, each turn resumed by the next start, and a turn run by a
+    second coordinator on the same database. Returns the model and how many messages of the first session were kept at the end."""
+    config = config_for(tmp_path)
+    model = CheckingModel(db_path=Path(config.server.db))
+    async with running(config, model=model) as (coord, recorder):
+        drive = Driver(coord, recorder, model)
+        sessions = [(await coord.create_session(title=f"long {i}")).id for i in range(2)]
+        model.scripts.update({session_id: [] for session_id in sessions})
+        await drive.cycles(sessions, 2)
+        model.scripts[sessions[0]].extend([SLOW, TEXT])  # the resumed turn answers text
+        suspended = await coord.prompt(sessions[0], "a tool, then shut down")
+        await recorder.wait_until(of_turn("session.tool.started", suspended))
+        await trio.testing.wait_all_tasks_blocked()
+    async with running(config, model=model) as (coord, recorder):
+        await recorder.wait_until(of_turn("session.idle", suspended))
+        drive = Driver(coord, recorder, model)
+        await drive.cycles(sessions, 1)
+        model.scripts[sessions[1]].extend([LONG_STREAM, TEXT])
+        crashed = await coord.prompt(sessions[1], "stream, then crash")
+        await recorder.wait_until(of_turn("session.step.started", crashed))
+        await trio.sleep(2.5)  # the text is saved once a second while it streams
+        await coord.abandon()
+    async with running(config, model=model) as (coord, recorder):
+        await recorder.wait_until(of_turn("session.idle", crashed))
+        drive = Driver(coord, recorder, model)
+        await drive.cycles(sessions, 1)
+        async with running(config, model=model) as (other, other_recorder):
+            await Driver(other, other_recorder, model).turn(sessions[0], "tool")
+        await drive.cycles(sessions, 1)
+        kept = coord._runtime.conversations.kept_messages(sessions[0])
+    return model, kept
+
+
+@pytest.mark.parametrize("budget", ["default", "tiny"])
+async def test_every_request_equals_the_conversation_rebuilt_from_the_store(
+    tmp_path: Path, budget: str, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept conversation must never send the model anything but what the store holds, whether a
+    session's conversation stays kept (default budget) or is dropped at every step (a tiny one)."""
+    if budget == "tiny":
+        monkeypatch.setattr(history, "CONVERSATIONS_BUDGET_BYTES", 1000)
+    model, kept = await long_sessions(tmp_path)
+    model.assert_every_request_rebuilt()
+    # 2 sessions x 5 cycles x (1 + 2 + 2 + 2 + 1 + 1 + 1 requests), the two restarts' 2 each, one more turn.
+    assert len(model.sent) == 2 * 5 * 10 + 2 * 2 + 2
+    assert max(len(messages) for messages, _ in model.sent) > 100
+    if budget == "tiny":
+        assert kept == 0
+    else:
+        assert kept > 100
