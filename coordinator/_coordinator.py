@@ -136,19 +136,20 @@ class Coordinator:
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session whose turns are all settled: its history, tool calls, permission requests,
-        forms, rules and events, in one transaction. Its events leave every replay (and every live
-        buffer of this process); no seq is ever given again.
+        forms, rules and events, and its sub-agent sessions with theirs, in one transaction. Their
+        events leave every replay (and every live buffer of this process); no seq is given again.
 
         Returns once the delete is durable. A prompt racing the delete either lands first (then the
         delete answers ``SessionBusy``) or finds no session.
 
-        **Raises:** ``SessionNotFound``; ``SessionBusy`` while a turn is queued, running or suspended
-        (nothing is changed: interrupt it, or wait for it to settle).
+        **Raises:** ``SessionNotFound``; ``SessionBusy`` while a turn of it or of a sub-agent is queued,
+        running or suspended (nothing is changed: interrupt it, or wait for it to settle).
         """
-        await decisions.delete_session(self._runtime, session_id)
+        deleted = await decisions.delete_session(self._runtime, session_id)
         await self._durable()  # also: every event of the session committed before is handed over
-        self._runtime.bus.forget_session(session_id)
-        self._runtime.conversations.forget(session_id)
+        for each in deleted:
+            self._runtime.bus.forget_session(each)
+            self._runtime.conversations.forget(each)
 
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.

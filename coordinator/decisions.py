@@ -61,27 +61,35 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
     return turn_id
 
 
-async def delete_session(runtime: Runtime, session_id: str) -> int:
-    """Delete a session whose turns are all settled, with everything it owns; returns how many
-    events went. One transaction: it happens whole or not at all.
+async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
+    """Delete a session whose turns are all settled, with everything it owns and its sub-agent
+    sessions at every depth (their ids are returned, the session's first). One transaction: it
+    happens whole or not at all.
 
-    **Raises:** ``SessionNotFound``; ``SessionBusy`` (nothing changed) while a turn is queued,
-    running, stopping or suspended, or the claim is still held.
+    **Raises:** ``SessionNotFound``; ``SessionBusy`` (nothing changed) while a turn of the session or
+    of one of its sub-agents is queued, running, stopping or suspended, or a claim is still held.
     """
     async with runtime.store.transaction() as tx:
         _existing(tx, session_id)
-        statuses = tx.unsettled_turn_statuses(session_id)
-        claim = tx.get_claim(session_id)
-        if statuses or (claim is not None and claim.state != "released"):
-            raise errors.SessionBusy(
-                message=f"session {session_id!r} has a turn that is not settled "
-                f"({', '.join(statuses) or 'its claim is held'}); interrupt it first",
-                session_id=session_id,
-                turns=statuses,
-            )
-        deleted = tx.delete_session(session_id)
-    log.info("session_deleted", session_id=session_id, events=deleted)
-    return deleted
+        sessions = [session_id, *tx.descendants(session_id)]
+        for each in sessions:
+            _refuse_if_busy(tx, each, session_id)
+        deleted = sum(tx.delete_session(each) for each in reversed(sessions))
+    log.info("session_deleted", session_id=session_id, sub_agents=len(sessions) - 1, events=deleted)
+    return sessions
+
+
+def _refuse_if_busy(tx: SqliteTx, session_id: str, deleting: str) -> None:
+    statuses = tx.unsettled_turn_statuses(session_id)
+    claim = tx.get_claim(session_id)
+    if statuses or (claim is not None and claim.state != "released"):
+        whose = "" if session_id == deleting else f" (its sub-agent {session_id!r})"
+        raise errors.SessionBusy(
+            message=f"session {deleting!r}{whose} has a turn that is not settled "
+            f"({', '.join(statuses) or 'its claim is held'}); interrupt it first",
+            session_id=deleting,
+            turns=statuses,
+        )
 
 
 def _existing(tx: SqliteTx, session_id: str) -> None:

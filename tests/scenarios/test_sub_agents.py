@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from coordinator import Coordinator
 from coordinator.config import Config, LimitsConfig, TimeoutsConfig
+from coordinator.errors import SessionBusy, SessionNotFound
 from coordinator.models.base import ModelRequest
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
@@ -604,3 +606,25 @@ async def test_an_interrupt_of_the_parent_kills_the_sub_agents_command_before_th
             "P session.idle",
         ]
         assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "interrupted"
+
+
+async def test_deleting_a_session_deletes_its_sub_agents_and_is_refused_while_one_is_busy(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A sub-agent is part of its parent's work: deleted with it, and its live turn keeps both."""
+    model = model_of({"*": [TASK, DONE], "helper": [SHELL, CHILD_DONE]})
+    async with running(config_for(tmp_path), model=model) as (coord, recorder):
+        parent = await start(coord, recorder, "permission.asked")
+        child = child_id(recorder)
+        for busy in (parent, child):
+            with pytest.raises(SessionBusy):
+                await coord.delete_session(busy)
+        assert (await coord.get_session(child)).parent is not None
+        asked = recorder.of("permission.asked")[0]
+        await coord.reply_permission(child, asked.payload["request"]["id"], "once")
+        await recorder.wait_for("session.idle", 2)
+        await coord.delete_session(parent)
+        for gone in (parent, child):
+            with pytest.raises(SessionNotFound):
+                await coord.get_session(gone)
+        assert await coord.pending_permissions() == []
