@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from coordinator.chaos.record import RunRecord, StoreView, Violation
+from coordinator.chaos.record import PhaseRecord, RunRecord, StoreView, Violation
 from coordinator.chaos.settling import check_calls, check_requests, check_stop_order, check_waits
 from coordinator.chaos.streaming import Streamed, check_streamed_text
 from coordinator.chaos.sub_agents import (
@@ -120,6 +120,13 @@ def _uncaused(record: RunRecord, view: StoreView, turn_id: str, session_id: str,
     return None
 
 
+def _takeover_failed_on_the_store(record: RunRecord, phase: PhaseRecord, owner: str | None) -> bool:
+    """Still held by a dead earlier phase's coordinator because this phase's takeover met an injected
+    store failure (the claim's commit rolled back): the next watch tick or start takes it over."""
+    earlier = {p.instance_id for p in record.phases if p.number < phase.number}
+    return phase.store_failed and owner in earlier
+
+
 def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
     """2: at each phase end, a claim is held (crash), suspended (shutdown) or released, as its turns say."""
     found: list[Violation] = []
@@ -157,6 +164,7 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
                 and claim is not None
                 and claim.owner != phase.instance_id
                 and not _left_for_its_parent(record, phase.view, session_id, claim.owner)
+                and not _takeover_failed_on_the_store(record, phase, claim.owner)
             ):
                 found.append(
                     Violation(2, f"phase {phase.number}: {session_id} held by {claim.owner}, not its owner")
