@@ -15,11 +15,9 @@ from actors.handle import ActorHandle
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.config import Config
-from coordinator.errors import ToolFailure
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.history import Conversations
-from coordinator.reasons import Failure, StopReason
 from coordinator.store import SqliteStore
 from coordinator.store.sqlite import Transaction
 from coordinator.tools.base import Tool
@@ -168,29 +166,6 @@ class TurnScope:
     def stopping(self) -> bool:
         return self.handle.reason is not None
 
-    async def stop(self, reason: StopReason) -> bool:
-        """Decide that the turn stops for ``reason``: commit the intent, then cancel the turn.
-
-        Shutdown records no intent (the turn is suspended, not settled). Returns False, changing
-        nothing, when the turn is already stopping.
-
-        **Cancellation:** the intent is committed atomically or not at all.
-        """
-        if self.stopping:
-            return False
-        if not reason.resumable:
-            async with self.write() as tx:
-                # Again, after the transaction's checkpoint: another stop (a shutdown) may have come
-                # meanwhile. From here to handle.stop nothing awaits, so the intent this commits is
-                # the reason the actors stop with, never one that lost to another.
-                if self.stopping or not tx.record_stop_intent(self.turn_id, reason):
-                    return False
-        return self.handle.stop(reason)
-
-    def stop_after_commit(self, reason: StopReason) -> bool:
-        """Cancel the turn for ``reason`` whose intent the caller has just committed."""
-        return self.handle.stop(reason)
-
     @contextlib.contextmanager
     def wait_opened(self, call_id: str) -> Iterator[None]:
         """Count a live permission or form wait; tool calls settle only after every wait did."""
@@ -231,19 +206,3 @@ class TurnScope:
         """
         while self.live_waits or self.unopened_waits:
             await self._waits_changed.wait()
-
-    @contextlib.contextmanager
-    def failing_on_error(self, what: str) -> Iterator[None]:
-        """Turn an unexpected exception into a typed stop *before* it cancels sibling actors.
-
-        A tool's own failure (``ToolFailure``) is expected and passes through untouched.
-        """
-        try:
-            yield
-        except ToolFailure:
-            raise
-        except Exception as exc:
-            failure = Failure(message=f"internal error in {what}: {type(exc).__name__}: {exc}")
-            if self.handle.stop(failure):
-                log.error("actor_failed", actor=what, exc_info=exc)
-            raise

@@ -14,6 +14,7 @@ import attrs
 import structlog
 import trio
 
+from actors import stops
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import clock, events, tracing
@@ -73,7 +74,7 @@ async def run(
                 return answer
             assert timer.cancelled_caught
             limit = turn.runtime.config.timeouts.permission
-            await turn.stop(Timeout(scope="permission", after=limit))
+            await stops.decide(turn, Timeout.deadline("permission", limit))
             await trio.lowlevel.checkpoint()
             raise AssertionError("a stopped turn did not cancel its permission wait")
         except BaseException:
@@ -121,7 +122,7 @@ async def _already_replied(turn: TurnScope, request: PermissionRequest) -> Repli
     message = None if wait is None else wait.message
     assert request.decision is not None
     if request.decision == "reject" and message is None:
-        await turn.stop(Declined(via="permission", call_id=request.call_id))
+        await stops.decide(turn, Declined.by_permission(request.call_id))
         await trio.lowlevel.checkpoint()
     return Replied(decision=request.decision, message=message)
 

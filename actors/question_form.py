@@ -11,6 +11,7 @@ from __future__ import annotations
 import structlog
 import trio
 
+from actors import stops
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import clock, events, tracing
@@ -48,7 +49,7 @@ async def run(
                 span.set(tracing.FORM_STATUS, answered.status)
                 return answered
             limit = turn.runtime.config.timeouts.question
-            await turn.stop(Timeout(scope="question", after=limit))
+            await stops.decide(turn, Timeout.deadline("question", limit))
             await trio.lowlevel.checkpoint()
             raise AssertionError("a stopped turn did not cancel its question form")
         except BaseException:
@@ -95,7 +96,7 @@ async def _already_settled(turn: TurnScope, form: Form) -> Form:
     """A settlement that landed while no wait was live (between a restart and this restore)."""
     wait = turn.runtime.store.read.form_wait_row(form.id)
     if form.status == "cancelled" and (wait is None or not wait.message):
-        await turn.stop(Declined(via="question", call_id=form.call_id))
+        await stops.decide(turn, Declined.by_form(form.call_id))
         await trio.lowlevel.checkpoint()
     return form
 

@@ -21,15 +21,14 @@ import attrs
 import structlog
 import trio
 
-from actors import settlement, step, tool_call
+from actors import settlement, step, stops, tool_call
 from actors.context import SETTLE_SECONDS, Runtime, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
-from coordinator.reasons import Failure, Shutdown, StopReason, Timeout
-from coordinator.records import PermissionRequest, ToolError
-from coordinator.store.rows import ToolCallRow, TurnRow
+from coordinator.reasons import Failure, StopReason, Timeout
+from coordinator.store.rows import TurnRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
 
 log = structlog.get_logger()
@@ -56,7 +55,7 @@ class SessionHandle:
         """Suspend the running turn with reason shutdown and run no further turn."""
         self.shutting_down = True
         if self.turn is not None:
-            self.turn.handle.stop(Shutdown())
+            stops.shut_down(self.turn)
 
 
 @attrs.frozen
@@ -99,7 +98,7 @@ async def _run_turn(
     scope, turn = begun
     handle.turn = scope
     if handle.shutting_down:
-        scope.handle.stop(Shutdown())  # the shutdown arrived while this turn was starting
+        stops.shut_down(scope)  # the shutdown arrived while this turn was starting
     try:
         await run_turn(runtime, scope, turn, takeover)
     finally:
@@ -192,14 +191,11 @@ async def _execute(
     runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None
 ) -> StopReason | None:
     """Drive the turn; returns its stop reason, or None when it succeeded."""
-    if takeover is not None and turn.status == "stopping":
-        # A stop decided before the crash: settle as that stop, never resume.
-        assert turn.stop_reason is not None
-        return turn.stop_reason
-    if takeover is not None and turn.resumes >= runtime.config.server.max_resumes:
-        return Failure(
-            message=f"the turn was resumed {turn.resumes} times without finishing; not resuming again"
-        )
+    if takeover is not None:
+        # A stop decided before the crash (or max_resumes reached): settle as that stop, never resume.
+        recovered = stops.recovered(turn, runtime.config.server.max_resumes)
+        if recovered is not None:
+            return recovered
     try:
         with scope.handle.scope:
             await scope.checkpoint("turn.start")
@@ -217,7 +213,7 @@ async def _execute(
         if fenced is not None:
             raise fenced from exc
         log.error("turn_failed", exc_info=exc)
-        return scope.handle.reason or Failure(message=f"internal error: {type(exc).__name__}: {exc}")
+        return scope.handle.reason or Failure.internal(exc)
     if scope.handle.scope.cancelled_caught:
         return scope.handle.reason_or_failure()
     return scope.handle.reason
@@ -240,8 +236,8 @@ async def _turn_deadline(scope: TurnScope, limit: float) -> None:
     # If the timeout's intent cannot be committed (the store fails), the turn still stops, with that
     # failure as its typed reason: the exception would otherwise cancel the turn's actors with none
     # (chaos F16).
-    with scope.failing_on_error("the turn deadline"):
-        await scope.stop(Timeout(scope="turn", after=limit))
+    with stops.failing_on_error(scope, "the turn deadline"):
+        await stops.decide(scope, Timeout.deadline("turn", limit))
 
 
 async def _drive(scope: TurnScope) -> None:
@@ -249,7 +245,7 @@ async def _drive(scope: TurnScope) -> None:
     for _ in range(MAX_STEPS_PER_TURN):
         if not await step.run(scope):
             return
-    await scope.stop(Failure(message=f"the turn took more than {MAX_STEPS_PER_TURN} model steps"))
+    await stops.decide(scope, Failure.too_many_steps(MAX_STEPS_PER_TURN))
     await trio.lowlevel.checkpoint()
 
 
@@ -259,63 +255,26 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
     A stop decided while the turn was down (a reject of its kept request) wins: it is not resumed.
     """
     scope.resumed_after = takeover.after
+    recovered = settlement.Recovered()
     async with scope.write() as tx:
         if not tx.mark_resumed(scope.turn_id, takeover.after):
-            row = tx.get_turn(scope.turn_id)
-            assert row is not None and row.stop_reason is not None
-            scope.stop_after_commit(row.stop_reason)
-            restorable: list[tuple[ToolCallRow, PermissionRequest | None]] = []
-            sub_agents: list[ToolCallRow] = []
+            stops.apply_committed(scope, tx.get_turn(scope.turn_id))
         else:
             tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
-            restorable, sub_agents = _fail_interrupted_work(tx, scope)
+            # What the previous process left running settles as a live stop would settle it, in the
+            # same order (settlement.sweep); what a start can continue is kept and restored below.
+            recovered = settlement.recover(tx, scope.session_id, scope.turn_id)
             note_id = new_id("msg")
             tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
             tx.add_text_part(note_id, RESTART_NOTE)
-    scope.unopened_waits.update(call.call_id for call, _ in restorable)
+    scope.unopened_waits.update(call.call_id for call, _ in recovered.restorable)
     async with trio.open_nursery() as nursery:
-        for call, request in restorable:
+        for call, request in recovered.restorable:
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
-        for call in sub_agents:
+        for call in recovered.sub_agents:
             # A task call resumes its sub-agent's turn inside it (or reads how it ended): permitted
             # before the restart, so it asks no one again.
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, permitted=True))
-
-
-# Failing what a dead process left running: steps, calls, and the waits of calls no one can restore.
-_RESTARTED = Failure(message="the server restarted; what was running could not be continued")
-_RESTART_ERROR = ToolError(
-    type="interrupted", message="the server restarted while this tool call was running"
-)
-
-
-def _fail_interrupted_work(
-    tx: SqliteTx, scope: TurnScope
-) -> tuple[list[tuple[ToolCallRow, PermissionRequest | None]], list[ToolCallRow]]:
-    """Fail the steps and tool calls the previous process left running; keep the calls a start can
-    restore (returned first): those waiting on a person, or answered while no wait was live; and task
-    calls that started a sub-agent's turn (returned second: each resumes its turn inside it). A nested
-    call's pending wait is revoked: its script is gone.
-    """
-    restorable, sub_agents, interrupted = [], [], []
-    for call in tx.tool_calls_of_turn(scope.turn_id):
-        if call.status != "running":
-            continue
-        if settlement.restorable(tx, call):
-            restorable.append((call, settlement.restored_request(tx, call)))
-        elif call.parent_call_id is None and settlement.runs_a_sub_agent(tx, call):
-            sub_agents.append(call)
-        else:
-            interrupted.append(call)
-    # Children before parents, as in a live stop: the calls fail before the steps that made them.
-    settlement.fail_calls(tx, interrupted, _RESTARTED, error=_RESTART_ERROR)
-    for step_id in tx.running_steps(scope.turn_id):
-        # The text the dead process had saved while the model streamed is kept, as after any stop.
-        partial_text = tx.streamed_text(step_id)
-        settlement.keep_partial_text(tx, scope.session_id, scope.turn_id, partial_text, _RESTARTED)
-        tx.settle_step(step_id, "failed", _RESTARTED)
-        tx.emit(events.step_failed(scope.session_id, scope.turn_id, step_id, _RESTARTED, partial_text))
-    return restorable, sub_agents
 
 
 async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:
@@ -327,11 +286,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
     """
     await scope.checkpoint("settle.turn")
     async with scope.write() as tx:
-        row = tx.get_turn(scope.turn_id)
-        if reason is None and row is not None and row.status == "stopping" and row.stop_reason is not None:
-            reason = row.stop_reason  # an interrupt committed as the last step finished
-        if reason is not None:
-            reason = settlement.committed_reason(tx, scope.turn_id, reason)
+        reason = stops.settle_reason(tx, scope.turn_id, reason)
         if reason is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")

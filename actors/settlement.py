@@ -7,9 +7,10 @@ waits are revoked and its nested calls are settled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import structlog
 
 from coordinator import events, wire
@@ -113,7 +114,7 @@ def settle_call(
     written is still revoked for the stop, chaos F15); otherwise they are revoked as leftovers.
     Returns False when the call was settled already.
     """
-    leftover = stopped_for or Failure(message=f"tool call {call.call_id} settled before this")
+    leftover = stopped_for or Failure.left_over(call.call_id)
     settle_sub_agent_turn(tx, call, stopped_for)
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     fail_calls(tx, [c for c in children if c.status == "running"], leftover)
@@ -184,19 +185,6 @@ def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
     return sorted(calls, key=lambda c: -depth[c.call_id])
 
 
-def committed_reason(tx: SqliteTx, turn_id: str, reason: StopReason) -> StopReason:
-    """The reason to settle with: a stop committed as the turn's intent wins over a shutdown.
-
-    A decline or interrupt committed while a shutdown suspends the turn must end it, never let it
-    resume; every actor that settles after that commit settles with it.
-    """
-    if reason.resumable:
-        row = tx.get_turn(turn_id)
-        if row is not None and row.status == "stopping" and row.stop_reason is not None:
-            return row.stop_reason
-    return reason
-
-
 def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReason | None) -> None:
     """Settle the sub-agent turn a task call left unsettled, before the call itself: the turn's own
     stop if one was committed, else the stop of the call's turn with ``parent`` naming the call, else
@@ -211,7 +199,7 @@ def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReas
     link = ParentLink(session_id=call.session_id, call_id=call.call_id)
     own = sub_turn.stop_reason if sub_turn.status == "stopping" else None
     if own is None and stopped_for is None:
-        own = Failure(message=f"its task call {call.call_id} failed before this turn could settle")
+        own = Failure.sub_agent_orphaned(call.call_id)
     sub_reason = own or from_parent(stopped_for, link)  # type: ignore[arg-type]
     sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason)
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
@@ -237,7 +225,14 @@ def finish_turn(tx: SqliteTx, session_id: str, turn_id: str, outcome: str, reaso
 
 
 def fail_step(
-    tx: SqliteTx, session_id: str, turn_id: str, step_id: str, reason: StopReason, partial_text: str = ""
+    tx: SqliteTx,
+    session_id: str,
+    turn_id: str,
+    step_id: str,
+    reason: StopReason,
+    partial_text: str = "",
+    *,
+    keep: Keep | None = None,
 ) -> None:
     """Fail a step after every call it started that is still unsettled (calls it never got to start
     an actor for, calls whose own settlement could not be written): children before parents.
@@ -247,7 +242,8 @@ def fail_step(
     so the next request of the session sends it as the assistant's content (contract section 9).
     """
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
-    fail_calls(tx, [c for c in calls if not kept_for_restore(tx, c, reason)], reason)
+    kept = keep or _kept_for(tx, reason)
+    fail_calls(tx, [c for c in calls if not kept(c)], reason)
     keep_partial_text(tx, session_id, turn_id, partial_text, reason)
     tx.settle_step(step_id, "failed", reason)
     tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
@@ -261,31 +257,80 @@ def keep_partial_text(tx: SqliteTx, session_id: str, turn_id: str, text: str, re
         tx.add_text_part(message_id, text, reason.text_status)
 
 
+Keep = Callable[[ToolCallRow], bool]
+"""Which unsettled calls a settlement leaves for a restore (their waits stay pending)."""
+
+
+def _kept_for(read: Queries, reason: StopReason) -> Keep:
+    return lambda call: kept_for_restore(read, call, reason)
+
+
 def sweep(
     tx: SqliteTx,
     session_id: str,
     turn_id: str,
     reason: StopReason,
     partial_texts: Mapping[str, str] | None = None,
+    *,
+    keep: Keep | None = None,
+    error: ToolError | None = None,
 ) -> None:
-    """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents.
+    """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents:
+    every pending wait revoked, then every call failed (nested calls first), then every step.
 
-    In a clean stop every child has settled itself and this finds nothing. It settles what a child
-    could not (its cleanup ran out of time or its commit failed) and, at a start, a stop whose
-    settlement a crash cut short. A shutdown keeps the top-level calls that wait on a person, and
-    their waits. ``partial_texts`` holds, by step id, the streamed text of steps whose own failure
-    could not be written.
+    This is the one settlement path of a turn's leftovers. In a clean live stop every child has
+    settled itself and this finds nothing; it settles what a child could not (its cleanup ran out of
+    time or its commit failed), a stop whose settlement a crash cut short (at the next start), and
+    what a dead process left running in a turn that resumes (``recover``). ``keep`` says which calls
+    it leaves for a restore (default: what a shutdown keeps, ``kept_for_restore``); ``error``
+    overrides the tool error the reason implies. ``partial_texts`` holds, by step id, the streamed
+    text of steps whose own failure could not be written.
     """
+    kept = keep or _kept_for(tx, reason)
     running = [c for c in children_first(tx.tool_calls_of_turn(turn_id)) if c.status == "running"]
-    kept = {c.call_id for c in running if kept_for_restore(tx, c, reason)}
+    kept_ids = {c.call_id for c in running if kept(c)}
     for request in tx.pending_permissions(turn_id=turn_id):
-        if request.call_id not in kept and tx.revoke_permission(request.id, reason):
+        if request.call_id not in kept_ids and tx.revoke_permission(request.id, reason):
             tx.emit(events.permission_revoked(request, reason))
     for form in tx.pending_forms(turn_id=turn_id):
-        if form.call_id not in kept and tx.settle_form(form.id, "revoked", reason=reason):
+        if form.call_id not in kept_ids and tx.settle_form(form.id, "revoked", reason=reason):
             tx.emit(events.form_revoked(form, reason))
-    fail_calls(tx, [call for call in running if call.call_id not in kept], reason)
+    fail_calls(tx, [call for call in running if call.call_id not in kept_ids], reason, error)
     for step_id in tx.running_steps(turn_id):
         # From this process's memory, else what a dead one saved (a stop settled at the next start).
         text = (partial_texts or {}).get(step_id) or tx.streamed_text(step_id)
-        fail_step(tx, session_id, turn_id, step_id, reason, text)
+        fail_step(tx, session_id, turn_id, step_id, reason, text, keep=kept)
+
+
+@attrs.frozen
+class Recovered:
+    """What ``recover`` kept of a resumed turn, for the start to continue."""
+
+    # Calls waiting on a person, or answered while no wait was live: restored, with the permission
+    # request they restore (None for a form).
+    restorable: list[tuple[ToolCallRow, PermissionRequest | None]] = attrs.Factory(list)
+    # Task calls whose sub-agent's turn started: each resumes that turn inside it.
+    sub_agents: list[ToolCallRow] = attrs.Factory(list)
+
+
+# How a call that a dead process left running fails when its turn resumes.
+RESTART_ERROR = ToolError(type="interrupted", message="the server restarted while this tool call was running")
+
+
+def recover(tx: SqliteTx, session_id: str, turn_id: str) -> Recovered:
+    """Settle what a previous process left running in a turn that resumes (after a shutdown or a
+    crash), through ``sweep``, exactly as a live stop settles: a restart fails it (``interrupted``).
+    Keeps and returns the calls a start can continue: those ``restorable``, and task calls whose
+    sub-agent's turn started. A nested call's pending wait is revoked: its script is gone.
+    """
+    recovered = Recovered()
+    for call in tx.tool_calls_of_turn(turn_id):
+        if call.status != "running":
+            continue
+        if restorable(tx, call):
+            recovered.restorable.append((call, restored_request(tx, call)))
+        elif call.parent_call_id is None and runs_a_sub_agent(tx, call):
+            recovered.sub_agents.append(call)
+    kept = {c.call_id for c, _ in recovered.restorable} | {c.call_id for c in recovered.sub_agents}
+    sweep(tx, session_id, turn_id, Failure.restarted(), keep=lambda c: c.call_id in kept, error=RESTART_ERROR)
+    return recovered

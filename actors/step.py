@@ -17,7 +17,7 @@ import math
 import structlog
 import trio
 
-from actors import settlement, tool_call
+from actors import settlement, stops, tool_call
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from actors.step_text import StepText
@@ -54,11 +54,11 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
-    with handle.scope, turn.failing_on_error(f"step {step_id}"):
+    with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
         try:
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
-            with turn.failing_on_error(f"step {step_id}"):
+            with stops.failing_on_error(turn, f"step {step_id}"):
                 reply = await _ask_model(turn, index, text)
                 span.add_usage(reply.usage)
                 turn.span.add_usage(reply.usage)
@@ -115,11 +115,11 @@ async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
             return reply
         except ModelError as exc:
             log.warning("model_failed", error=str(exc))
-            stop = Failure(message=f"model error: {exc}")
+            stop = Failure.of_model(exc)
     if timer.cancelled_caught:
         assert limit is not None
-        stop = Timeout(scope="step", after=limit)
-    await turn.stop(stop)
+        stop = Timeout.deadline("step", limit)
+    await stops.decide(turn, stop)
     await trio.lowlevel.checkpoint()
     raise AssertionError("a stopped turn did not cancel its step")
 
@@ -224,7 +224,7 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     commit fails, the text stays in ``runtime.step_texts`` for the session's sweep."""
     await turn.checkpoint("settle.step")
     async with turn.write() as tx:
-        reason = settlement.committed_reason(tx, turn.turn_id, reason)
+        reason = stops.settle_reason(tx, turn.turn_id, reason) or reason
         settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded())
     _recorded(turn, step_id, text)
     return reason

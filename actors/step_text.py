@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import attrs
 import trio
 
+from actors import stops
 from actors.context import TurnScope
 from coordinator import events
 from coordinator.events import Event
@@ -144,7 +145,7 @@ class StepText:
         """
         # A save that fails stops the turn with a typed reason before the exception reaches the
         # turn's nursery, which would otherwise cancel the step with none (as chaos F16 found).
-        with scope, self.turn.failing_on_error(f"the delta flusher of step {self.step_id}"):
+        with scope, stops.failing_on_error(self.turn, f"the delta flusher of step {self.step_id}"):
             await self._serve_flushes()
 
     async def _serve_flushes(self) -> None:

@@ -24,14 +24,14 @@ from typing import Any
 import structlog
 import trio
 
-from actors import session
+from actors import session, stops
 from actors.context import Runtime, TurnScope
 from actors.handle import ActorHandle
 from actors.session import Takeover
 from coordinator import events
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
-from coordinator.reasons import Declined, ParentLink, from_parent
+from coordinator.reasons import Declined, ParentLink
 from coordinator.records import TextPart
 from coordinator.store.rows import ToolCallRow, TurnRow
 from coordinator.store.sqlite import SqliteTx, now_rfc3339
@@ -181,7 +181,7 @@ async def _run_inside(
             await trio.sleep_forever()
         finally:
             if not settled:  # the parent's scope was cancelled: its reason, with `parent`, comes down
-                scope.handle.stop(from_parent(running.reason_or_failure(), link))
+                stops.forward_from_parent(scope, running, link)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(forward_stop)
@@ -217,7 +217,7 @@ async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[
         await trio.lowlevel.checkpoint()
         raise ToolFailure(type="error", message=f"the sub-agent's turn {row.id} ended as its parent's stop")
     if row.outcome == "declined":
-        await turn.stop(Declined(via="task", call_id=call.call_id))
+        await stops.decide(turn, Declined.by_sub_agent(call.call_id))
         await trio.lowlevel.checkpoint()
         raise AssertionError("a stopped turn did not cancel its task call")
     error_type = _OUTCOME_ERRORS.get(row.outcome or "", "error")

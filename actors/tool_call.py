@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import trio
 
-from actors import permission_wait, settlement, tool_services
+from actors import permission_wait, settlement, stops, tool_services
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
@@ -59,13 +59,13 @@ async def run(
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
         handle.scope,
-        turn.failing_on_error(f"tool call {call.call_id}"),
+        stops.failing_on_error(turn, f"tool call {call.call_id}"),
     ):
         task_status.started(handle)
         try:
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
-            with turn.failing_on_error(f"tool call {call.call_id}"):
+            with stops.failing_on_error(turn, f"tool call {call.call_id}"):
                 output = await _permit_and_run(turn, handle, running, call, context, restore, permitted)
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
@@ -155,7 +155,7 @@ async def _run_bounded(
     limit = None if tool.deadline_scope is None else turn.runtime.config.timeouts.limit(tool.deadline_scope)
     if limit is not None:
         assert tool.deadline_scope is not None
-        running.deadline_reason = Timeout(scope=tool.deadline_scope, after=limit)
+        running.deadline_reason = Timeout.deadline(tool.deadline_scope, limit)
         running.scope.deadline = trio.current_time() + limit
     with running.scope:
         try:

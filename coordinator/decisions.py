@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from actors import stops
 from actors.context import Runtime
 from coordinator import errors, events, permissions
 from coordinator.ids import new_id
@@ -105,26 +106,17 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
     """
     if by not in ("api", "embedder"):
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
-    reason = Interrupt(by=by)  # type: ignore[arg-type]
+    reason = Interrupt.by_person(by)  # type: ignore[arg-type]
     async with runtime.store.transaction() as tx:
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
         turn = tx.interruptible_turn(session_id)
         live = None if turn is None else runtime.turns.get(turn.id)
-        # Already stopping (for a reason that records no intent: an internal error, a shutdown) or
-        # settling: too late to stop it, and the outcome must not change.
-        settling = live is not None and (live.settling or live.stopping)
-        recorded = turn is not None and not settling and tx.record_stop_intent(turn.id, reason)
-    if turn is None or not recorded:
+        stop = None if turn is None else stops.decide_in(tx, turn.id, reason, live=live)
+    if turn is None or stop is None:
         return False
-    _stop_turn_of(runtime, turn.id, reason)
+    stops.apply(runtime, turn.id, stop)
     log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by)
     return True
-
-
-def _stop_turn_of(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
-    turn = runtime.turns.get(turn_id)
-    if turn is not None:
-        turn.stop_after_commit(reason)
 
 
 async def reply_permission(
@@ -144,25 +136,16 @@ async def reply_permission(
         assert replied is not None
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
-        if decision == "reject" and not message and _may_stop(runtime, turn_id):
-            candidate = Declined(via="permission", call_id=request.call_id)
-            stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
+        if decision == "reject" and not message:
+            stop = stops.decide_in(
+                tx, turn_id, Declined.by_permission(request.call_id), live=runtime.turns.get(turn_id)
+            )
     runtime.waits.resolve(request_id, _replied(decision, message))
     for other in also:
         runtime.waits.resolve(other.id, _replied("always", None))
     if stop is not None:
-        _stop_turn_of(runtime, turn_id, stop)
+        stops.apply(runtime, turn_id, stop)
     return replied
-
-
-def _may_stop(runtime: Runtime, turn_id: str) -> bool:
-    """Whether a decline may still decide the turn's stop: not when the live turn already stops for a
-    final reason that records no intent (an internal error). The first reason wins, and the intent
-    must say the reason the turn will end with (chaos, seed 0 run 4485). A shutdown's suspension is no
-    final reason: a decline committed during it ends the turn declined."""
-    live = runtime.turns.get(turn_id)
-    reason = None if live is None else live.handle.reason
-    return reason is None or reason.resumable
 
 
 def _replied(decision: str, message: str | None) -> Any:
@@ -254,12 +237,13 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
         tx.emit(events.form_cancelled(cancelled))
-        if not message and _may_stop(runtime, turn_id):
-            candidate = Declined(via="question", call_id=form.call_id)
-            stop = candidate if tx.record_stop_intent(turn_id, candidate) else None
+        if not message:
+            stop = stops.decide_in(
+                tx, turn_id, Declined.by_form(form.call_id), live=runtime.turns.get(turn_id)
+            )
     runtime.waits.resolve(form_id, cancelled)
     if stop is not None:
-        _stop_turn_of(runtime, turn_id, stop)
+        stops.apply(runtime, turn_id, stop)
     return cancelled
 
 
@@ -306,9 +290,7 @@ def apply_remote_decisions(runtime: Runtime) -> None:
     """
     read = runtime.store.read
     for turn in list(runtime.turns.values()):
-        row = read.get_turn(turn.turn_id)
-        if not turn.stopping and row is not None and row.status == "stopping" and row.stop_reason is not None:
-            turn.stop_after_commit(row.stop_reason)
+        stops.apply_committed(turn, read.get_turn(turn.turn_id))
     for wait_id in list(runtime.waits.by_id):
         request = read.get_permission(wait_id)
         if request is not None and request.status == "replied" and request.decision is not None:

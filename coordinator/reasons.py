@@ -53,6 +53,11 @@ class Interrupt:
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
+    @classmethod
+    def by_person(cls, by: Literal["api", "embedder"]) -> Interrupt:
+        """A person's interrupt, through the HTTP API or the embedding program."""
+        return cls(by=by)
+
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "interrupted"
 
@@ -75,6 +80,21 @@ class Declined:
     call_id: str
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
+
+    @classmethod
+    def by_permission(cls, call_id: str) -> Declined:
+        """A ``reject`` without a message of the permission request of ``call_id``."""
+        return cls(via="permission", call_id=call_id)
+
+    @classmethod
+    def by_form(cls, call_id: str) -> Declined:
+        """A dismissal without a message of the question form of ``call_id``."""
+        return cls(via="question", call_id=call_id)
+
+    @classmethod
+    def by_sub_agent(cls, task_call_id: str) -> Declined:
+        """The sub-agent session of task call ``task_call_id`` ended declined (its own decline)."""
+        return cls(via="task", call_id=task_call_id)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         # The declined call and the execute call that made it (nested ids are "<parent>.<n>") are
@@ -105,6 +125,11 @@ class Timeout:
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
+    @classmethod
+    def deadline(cls, scope: TimeoutScope, after: float) -> Timeout:
+        """The ``[timeouts] scope`` deadline of ``after`` seconds passed."""
+        return cls(scope=scope, after=after)
+
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "timeout"
 
@@ -128,6 +153,11 @@ class Shutdown:
 
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
+
+    @classmethod
+    def of_coordinator(cls) -> Shutdown:
+        """The coordinator's own graceful shutdown: the only place a ``Shutdown`` is born."""
+        return cls()
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "interrupted"
@@ -153,6 +183,46 @@ class Failure:
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
+    @classmethod
+    def of_model(cls, error: BaseException) -> Failure:
+        """The model failed after its retries."""
+        return cls(message=f"model error: {error}")
+
+    @classmethod
+    def internal(cls, error: BaseException, where: str | None = None) -> Failure:
+        """An unexpected exception in the coordinator's own code (``where``: the actor)."""
+        place = "" if where is None else f" in {where}"
+        return cls(message=f"internal error{place}: {type(error).__name__}: {error}")
+
+    @classmethod
+    def too_many_steps(cls, steps: int) -> Failure:
+        return cls(message=f"the turn took more than {steps} model steps")
+
+    @classmethod
+    def resumes_exhausted(cls, resumes: int) -> Failure:
+        """``[server] max_resumes`` reached: the turn is failed rather than resumed again."""
+        return cls(message=f"the turn was resumed {resumes} times without finishing; not resuming again")
+
+    @classmethod
+    def restarted(cls) -> Failure:
+        """What a dead process left running (steps, calls) and no start can continue."""
+        return cls(message="the server restarted; what was running could not be continued")
+
+    @classmethod
+    def abandoned(cls) -> Failure:
+        """The coordinator was abandoned (its store refuses writes): actors torn down unsettled."""
+        return cls(message="the coordinator was abandoned")
+
+    @classmethod
+    def left_over(cls, call_id: str) -> Failure:
+        """A wait or nested call left unsettled by a call that settled on its own before it."""
+        return cls(message=f"tool call {call_id} settled before this")
+
+    @classmethod
+    def sub_agent_orphaned(cls, task_call_id: str) -> Failure:
+        """A sub-agent's turn whose task call failed on its own before the turn could settle."""
+        return cls(message=f"its task call {task_call_id} failed before this turn could settle")
+
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return "error"
 
@@ -176,3 +246,8 @@ def from_parent(reason: StopReason, link: ParentLink) -> StopReason:
 def reasonless_failure() -> Failure:
     """The reason settled for a cancellation that arrived without one: a bug, never a shutdown."""
     return Failure(message=REASONLESS)
+
+
+# Every reason is built through a classmethod above (or ``from_parent``, ``reasonless_failure``), so
+# that each cause has one named place; tests/coordinator/test_reasons.py checks no other module calls
+# a reason class directly.

@@ -7,12 +7,11 @@ import functools
 import structlog
 import trio
 
-from actors import session, settlement
+from actors import session, settlement, stops
 from actors.context import Runtime
 from actors.session import SessionHandle, Takeover
 from coordinator import decisions
 from coordinator.claims import Liveness
-from coordinator.reasons import Failure
 from coordinator.store.rows import TurnRow
 
 log = structlog.get_logger()
@@ -167,7 +166,7 @@ class Registry:
         for handle in actors:
             handle.shutting_down = True
             if handle.turn is not None:
-                handle.turn.handle.stop(Failure(message="the coordinator was abandoned"))
+                stops.abandon(handle.turn)
         for handle in actors:
             await handle.done.wait()
 

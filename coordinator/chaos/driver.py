@@ -14,6 +14,7 @@ import attrs
 import trio
 import trio.testing
 
+from actors import stops
 from coordinator import Coordinator, errors
 from coordinator.chaos.injector import ChaosInjector, Park
 from coordinator.chaos.leaks import ProcessLedger
@@ -298,7 +299,7 @@ class Driver:
             # The turn is settling: its deadline firing now must change nothing. Fire it as its timer
             # does, without letting time pass, which would also run out the bounds of the cleanups
             # under way (a shutdown's grace, a settlement's), which no real deadline does.
-            stopped = await turn.stop(Timeout(scope="turn", after=limit))
+            stopped = await stops.decide(turn, Timeout.deadline("turn", limit))
             if stopped:  # settling an internal error, not a stop yet: the deadline comes first
                 self.record.timed_turns.add(turn.turn_id)
             self._applied(park, f"the turn deadline fired while it was settling (stopped: {stopped})")
@@ -309,7 +310,7 @@ class Driver:
             # Its deadline is armed after this checkpoint: the start takes the whole limit, then the
             # deadline fires as its timer does.
             await self._pass_time(limit)
-            stopped = await turn.stop(Timeout(scope="turn", after=limit))
+            stopped = await stops.decide(turn, Timeout.deadline("turn", limit))
             self._applied(park, f"the turn deadline fired at its start (stopped: {stopped})")
             return
         armed = self.state.injector.armed_at.get(turn.turn_id)

@@ -1,0 +1,161 @@
+"""The stop arbiter: every decision that stops a turn passes here, and only here.
+
+A turn stops for the first reason decided, once. Whoever decides (a person's interrupt, reject or
+dismissal; a deadline; the model's failure; an internal error; a sub-agent's decline; the parent's
+stop coming down to a sub-agent; the coordinator's shutdown), the same rules apply, in this module:
+
+- **First wins.** A turn that already has a reason, or is settling, takes no other: the later decision
+  changes nothing and its caller learns so (an interrupt answers ``false``).
+- **Intent before effect.** A reason that ends the turn (every reason but a shutdown) is committed as
+  the turn's stop intent, in the same transaction as the decision that caused it, before any task is
+  cancelled: a crash in between still ends the turn as decided, never as a resume. In the store the
+  intent is a compare-and-set (``record_stop_intent``), so of two processes deciding at once exactly
+  one wins there too.
+- **Then the cancellation.** The live turn's handle records the typed reason, then cancels its scope
+  (``ActorHandle.stop``): every actor below reads why it is torn down.
+- **A shutdown decides nothing durable.** It suspends the turn. A person's decision committed
+  meanwhile (by another process; this one refuses decisions once it closes) wins at the settlement
+  (``settle_reason``): the turn ends as the person said, never resumes. The turn's own stops (a
+  deadline firing while its actors are torn down) do not: they decide nothing (chaos F13).
+
+The rest of the code never calls ``ActorHandle.stop`` on a turn or ``record_stop_intent`` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import structlog
+
+from actors.context import Runtime, TurnScope
+from actors.handle import ActorHandle
+from coordinator.errors import ToolFailure
+from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
+from coordinator.store import SqliteTx
+from coordinator.store.rows import TurnRow
+
+log = structlog.get_logger()
+
+
+def admits(live: TurnScope | None) -> bool:
+    """Whether a new stop may still be decided for a turn, as this process sees it running: the rule
+    of first-wins and of the settling cut-off, in one place.
+
+    A turn that already stops for a reason (a shutdown's suspension included: this process refuses
+    decisions once it closes) or is settling takes no other. A turn no actor of this process runs
+    (another process's, a parked one) admits one as far as this process knows: the store's
+    compare-and-set decides then, and a decision committed there during a shutdown wins at the
+    settlement (``settle_reason``).
+    """
+    return live is None or (not live.settling and live.handle.reason is None)
+
+
+async def decide(turn: TurnScope, reason: StopReason) -> bool:
+    """A stop the turn decides itself (a deadline, the model's failure, a decline read back from the
+    store, a sub-agent's decline): commit its intent, then cancel the turn. Returns False, changing
+    nothing, when another stop came first.
+
+    **Cancellation:** the intent is committed atomically or not at all; a checkpoint before it.
+
+    **Raises:** ``Fenced`` when the claim was taken over; ``StoreError`` when the intent cannot be
+    committed (nothing is cancelled then: see ``failing_on_error``).
+    """
+    if not admits(turn):
+        return False
+    if not reason.resumable:
+        async with turn.write() as tx:
+            # Again, after the transaction's checkpoint: another stop may have come meanwhile. From
+            # here to the handle's stop nothing awaits, so the intent committed is the reason the
+            # actors stop with, never one that lost to another.
+            if decide_in(tx, turn.turn_id, reason, live=turn) is None:
+                return False
+    return turn.handle.stop(reason)
+
+
+def decide_in(tx: SqliteTx, turn_id: str, reason: StopReason, *, live: TurnScope | None) -> StopReason | None:
+    """Inside the transaction of the decision that stops the turn (a reject, a dismissal, an
+    interrupt): record the stop's intent if the turn still takes a stop. ``live`` is the turn as this
+    process runs it (None: it runs nowhere here). Returns the reason to ``apply`` once the
+    transaction committed, or None when another stop came first.
+    """
+    if not admits(live):
+        return None
+    if reason.resumable:
+        return reason
+    return reason if tx.record_stop_intent(turn_id, reason) else None
+
+
+def apply(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
+    """Cancel the live turn (if this process runs it) for ``reason``, whose intent is committed.
+
+    A turn another process runs applies it there (``apply_committed``, from its watch).
+    """
+    live = runtime.turns.get(turn_id)
+    if live is not None:
+        live.handle.stop(reason)
+
+
+def apply_committed(live: TurnScope, row: TurnRow | None) -> None:
+    """Apply to a live turn a stop another process (or a crashed predecessor) committed for it."""
+    if live.handle.reason is None and row is not None and row.status == "stopping" and row.stop_reason:
+        live.handle.stop(row.stop_reason)
+
+
+def shut_down(turn: TurnScope) -> None:
+    """Suspend the turn: the coordinator shuts down. The only stop that records no intent."""
+    turn.handle.stop(Shutdown.of_coordinator())
+
+
+def abandon(turn: TurnScope) -> None:
+    """Tear the turn down unsettled: the coordinator is abandoned and its store refuses writes."""
+    turn.handle.stop(Failure.abandoned())
+
+
+def forward_from_parent(child: TurnScope, parent: ActorHandle, link: ParentLink) -> None:
+    """A sub-agent's turn stops because its parent's task call is stopping: with the parent's reason
+    and ``parent`` naming the call. The parent's intent is durable; the child records none."""
+    child.handle.stop(from_parent(parent.reason_or_failure(), link))
+
+
+@contextlib.contextmanager
+def failing_on_error(turn: TurnScope, what: str) -> Iterator[None]:
+    """Turn an unexpected exception into a typed stop *before* it cancels sibling actors.
+
+    The failure records no intent: the store may be what failed. A tool's own failure
+    (``ToolFailure``) is expected and passes through untouched.
+    """
+    try:
+        yield
+    except ToolFailure:
+        raise
+    except Exception as exc:
+        if turn.handle.stop(Failure.internal(exc, what)):
+            log.error("actor_failed", actor=what, exc_info=exc)
+        raise
+
+
+def settle_reason(tx: SqliteTx, turn_id: str, reason: StopReason | None) -> StopReason | None:
+    """The reason a turn settles with, read in its settlement's transaction (None: succeeded).
+
+    A stop committed as the turn's intent wins over what the actors stopped with when that was a
+    shutdown (a decline committed while a shutdown suspends the turn ends it declined, never
+    resumed), and over a success (an interrupt committed as the last step finished).
+    """
+    if reason is not None and not reason.resumable:
+        return reason
+    row = tx.get_turn(turn_id)
+    if row is not None and row.status == "stopping" and row.stop_reason is not None:
+        return row.stop_reason
+    return reason
+
+
+def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:
+    """The stop a turn found unfinished at a start settles with instead of resuming, if any: one
+    decided before the crash or shutdown, or ``max_resumes`` reached."""
+    if row.status == "stopping":
+        assert row.stop_reason is not None
+        return row.stop_reason
+    if row.resumes >= max_resumes:
+        return Failure.resumes_exhausted(row.resumes)
+    return None
