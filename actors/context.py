@@ -18,8 +18,7 @@ from coordinator.config import Config
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.history import Conversations
-from coordinator.store import SqliteStore
-from coordinator.store.sqlite import Transaction
+from coordinator.store import SqliteStore, Transaction
 from coordinator.tools.base import Tool
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
@@ -143,7 +142,7 @@ class TurnScope:
     unopened_waits: set[str] = attrs.Factory(set)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
-    def write(self) -> Transaction:
+    def write(self) -> contextlib.AbstractAsyncContextManager[Transaction]:
         """A store transaction fenced by this turn's claim: a stale owner writes nothing.
 
         **Raises:** ``Fenced`` when another instance took the claim over.

@@ -18,10 +18,10 @@ from actors import stops
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import clock, events, tracing
+from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Timeout
 from coordinator.records import Decision, PermissionRequest
-from coordinator.store.sqlite import now_rfc3339
 
 log = structlog.get_logger()
 

@@ -25,11 +25,12 @@ from actors import settlement, step, stops, tool_call
 from actors.context import SETTLE_SECONDS, Runtime, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events
+from coordinator.clock import now_rfc3339
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, StopReason, Timeout
+from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
-from coordinator.store.sqlite import SqliteTx, now_rfc3339
 
 log = structlog.get_logger()
 
@@ -303,5 +304,5 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
     return reason
 
 
-def _finish(tx: SqliteTx, scope: TurnScope, outcome: str) -> None:
+def _finish(tx: Transaction, scope: TurnScope, outcome: str) -> None:
     settlement.finish_turn(tx, scope.session_id, scope.turn_id, outcome, None)

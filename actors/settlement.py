@@ -14,12 +14,12 @@ import attrs
 import structlog
 
 from coordinator import events, wire
+from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, ParentLink, StopReason, from_parent
 from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
-from coordinator.store import Queries, SqliteTx
+from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
-from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.process import ProcessGroup
 
 log = structlog.get_logger()
@@ -39,19 +39,19 @@ def preview(output: Any) -> Any:
     return text[:PREVIEW_CHARS] + f"... [{len(text) - PREVIEW_CHARS} characters truncated]"
 
 
-def waits_on_a_person(read: Queries, session_id: str, call_id: str) -> bool:
+def waits_on_a_person(read: Reader, session_id: str, call_id: str) -> bool:
     """Does the call have a pending permission request or form?"""
     return bool(
         read.pending_permission_of_call(session_id, call_id) or read.pending_form_of_call(session_id, call_id)
     )
 
 
-def runs_a_sub_agent(read: Queries, call: ToolCallRow) -> bool:
+def runs_a_sub_agent(read: Reader, call: ToolCallRow) -> bool:
     """Has the task call started its sub-agent's turn (which may have ended since)?"""
     return read.turn_of_task_call(call.session_id, call.call_id) is not None
 
 
-def restorable(read: Queries, call: ToolCallRow) -> bool:
+def restorable(read: Reader, call: ToolCallRow) -> bool:
     """Can the next start restore this unsettled call where it left off?
 
     A top-level call whose wait on a person is still pending, or was answered while no wait was live
@@ -72,13 +72,13 @@ def restorable(read: Queries, call: ToolCallRow) -> bool:
     return form is not None and form.status in ("submitted", "cancelled")
 
 
-def restored_request(read: Queries, call: ToolCallRow) -> PermissionRequest | None:
+def restored_request(read: Reader, call: ToolCallRow) -> PermissionRequest | None:
     """The permission request a restorable call restores: pending (asked again) or replied (applied)."""
     request = read.latest_permission_of_call(call.session_id, call.call_id)
     return request if request is not None and request.status in ("pending", "replied") else None
 
 
-def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bool:
+def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> bool:
     """A shutdown keeps a restorable call unsettled, and its wait pending: the next start restores it;
     and a top-level task call whose sub-agent's turn started: the next start resumes that turn inside
     it (or reads how it ended)."""
@@ -87,7 +87,7 @@ def kept_for_restore(read: Queries, call: ToolCallRow, reason: StopReason) -> bo
     return restorable(read, call) or (call.parent_call_id is None and runs_a_sub_agent(read, call))
 
 
-def revoke_waits_of_call(tx: SqliteTx, session_id: str, call_id: str, reason: StopReason) -> None:
+def revoke_waits_of_call(tx: Transaction, session_id: str, call_id: str, reason: StopReason) -> None:
     """Revoke the call's pending permission request and form, each with one event."""
     request = tx.pending_permission_of_call(session_id, call_id)
     if request is not None and tx.revoke_permission(request.id, reason):
@@ -98,7 +98,7 @@ def revoke_waits_of_call(tx: SqliteTx, session_id: str, call_id: str, reason: St
 
 
 def settle_call(
-    tx: SqliteTx,
+    tx: Transaction,
     call: ToolCallRow,
     *,
     output: Any = None,
@@ -129,7 +129,7 @@ def settle_call(
 
 
 def fail_calls(
-    tx: SqliteTx, calls: list[ToolCallRow], reason: StopReason, error: ToolError | None = None
+    tx: Transaction, calls: list[ToolCallRow], reason: StopReason, error: ToolError | None = None
 ) -> None:
     """Fail calls their actors could not settle, with what the store knows each had done.
 
@@ -145,7 +145,7 @@ def fail_calls(
         settle_call(tx, call, error=failure, partial=partials[call.call_id], stopped_for=reason)
 
 
-def stored_partial(tx: SqliteTx, call: ToolCallRow) -> Partial | None:
+def stored_partial(tx: Transaction, call: ToolCallRow) -> Partial | None:
     """The partial result as the store has it: finished nested calls, logged lines, last progress."""
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     finished = [
@@ -169,7 +169,7 @@ def _error_body(error: ToolError | None) -> Any:
     return None if error is None else wire.unstructure(error)
 
 
-def kill_left_process_group(tx: SqliteTx, call: ToolCallRow) -> None:
+def kill_left_process_group(tx: Transaction, call: ToolCallRow) -> None:
     """Kill what a call's tool started if its coordinator died before it could (same boot only)."""
     recorded = tx.process_group_of(call.session_id, call.call_id)
     if recorded is None:
@@ -185,7 +185,7 @@ def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
     return sorted(calls, key=lambda c: -depth[c.call_id])
 
 
-def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReason | None) -> None:
+def settle_sub_agent_turn(tx: Transaction, call: ToolCallRow, stopped_for: StopReason | None) -> None:
     """Settle the sub-agent turn a task call left unsettled, before the call itself: the turn's own
     stop if one was committed, else the stop of the call's turn with ``parent`` naming the call, else
     (the call failed on its own: the sub-agent's settlement could not be written) a failure of its own.
@@ -205,7 +205,7 @@ def settle_sub_agent_turn(tx: SqliteTx, call: ToolCallRow, stopped_for: StopReas
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
 
 
-def end_turn(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) -> None:
+def end_turn(tx: Transaction, session_id: str, turn_id: str, reason: StopReason) -> None:
     """A stopped turn's terminal event, then its claim suspended (shutdown) or released with idle."""
     tx.emit(events.execution_terminal(session_id, turn_id, reason))
     if reason.resumable:
@@ -216,7 +216,9 @@ def end_turn(tx: SqliteTx, session_id: str, turn_id: str, reason: StopReason) ->
         finish_turn(tx, session_id, turn_id, reason.outcome, reason)
 
 
-def finish_turn(tx: SqliteTx, session_id: str, turn_id: str, outcome: str, reason: StopReason | None) -> None:
+def finish_turn(
+    tx: Transaction, session_id: str, turn_id: str, outcome: str, reason: StopReason | None
+) -> None:
     """Settle the turn with ``outcome``, release the claim, and publish ``session.idle``."""
     tx.settle_turn(turn_id, "settled", reason, outcome)
     tx.set_claim_state(session_id, "released")
@@ -225,7 +227,7 @@ def finish_turn(tx: SqliteTx, session_id: str, turn_id: str, outcome: str, reaso
 
 
 def fail_step(
-    tx: SqliteTx,
+    tx: Transaction,
     session_id: str,
     turn_id: str,
     step_id: str,
@@ -249,7 +251,7 @@ def fail_step(
     tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
 
 
-def keep_partial_text(tx: SqliteTx, session_id: str, turn_id: str, text: str, reason: StopReason) -> None:
+def keep_partial_text(tx: Transaction, session_id: str, turn_id: str, text: str, reason: StopReason) -> None:
     """Keep text a stop cut short as an assistant message, its part's status the stop's word."""
     if text:
         message_id = new_id("msg")
@@ -261,12 +263,12 @@ Keep = Callable[[ToolCallRow], bool]
 """Which unsettled calls a settlement leaves for a restore (their waits stay pending)."""
 
 
-def _kept_for(read: Queries, reason: StopReason) -> Keep:
+def _kept_for(read: Reader, reason: StopReason) -> Keep:
     return lambda call: kept_for_restore(read, call, reason)
 
 
 def sweep(
-    tx: SqliteTx,
+    tx: Transaction,
     session_id: str,
     turn_id: str,
     reason: StopReason,
@@ -317,7 +319,7 @@ class Recovered:
 RESTART_ERROR = ToolError(type="interrupted", message="the server restarted while this tool call was running")
 
 
-def recover(tx: SqliteTx, session_id: str, turn_id: str) -> Recovered:
+def recover(tx: Transaction, session_id: str, turn_id: str) -> Recovered:
     """Settle what a previous process left running in a turn that resumes (after a shutdown or a
     crash), through ``sweep``, exactly as a live stop settles: a restart fails it (``interrupted``).
     Keeps and returns the calls a start can continue: those ``restorable``, and task calls whose

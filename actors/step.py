@@ -22,13 +22,14 @@ from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from actors.step_text import StepText
 from coordinator import events
+from coordinator.clock import now_rfc3339
 from coordinator.errors import ModelError
 from coordinator.ids import new_id
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import StepMessage, StepToolCall
+from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
-from coordinator.store.sqlite import SqliteTx, now_rfc3339
 from coordinator.tracing import ActorSpan
 
 log = structlog.get_logger()
@@ -178,7 +179,7 @@ def _recorded(turn: TurnScope, step_id: str, text: StepText) -> None:
     turn.runtime.step_texts.pop(step_id, None)
 
 
-def _insert_assistant_message(tx: SqliteTx, turn: TurnScope, reply: ModelReply) -> str:
+def _insert_assistant_message(tx: Transaction, turn: TurnScope, reply: ModelReply) -> str:
     message_id = new_id("msg")
     tx.insert_message(message_id, turn.session_id, turn.turn_id, "assistant", now_rfc3339())
     if reply.text:
@@ -187,7 +188,7 @@ def _insert_assistant_message(tx: SqliteTx, turn: TurnScope, reply: ModelReply) 
 
 
 def _start_call(
-    tx: SqliteTx, turn: TurnScope, step_id: str, message_id: str, model_call: ModelToolCall
+    tx: Transaction, turn: TurnScope, step_id: str, message_id: str, model_call: ModelToolCall
 ) -> ToolCallRow:
     call = ToolCallRow(
         session_id=turn.session_id,
@@ -210,7 +211,7 @@ def _start_call(
     return call
 
 
-def _unique_call_id(tx: SqliteTx, session_id: str, model_call_id: str) -> str:
+def _unique_call_id(tx: Transaction, session_id: str, model_call_id: str) -> str:
     """The model's own id when it is new in the session (models may reuse ids across requests)."""
     candidate, n = model_call_id or "call", 1
     while tx.call_id_taken(session_id, candidate):

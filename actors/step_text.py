@@ -23,8 +23,8 @@ import trio
 from actors import stops
 from actors.context import TurnScope
 from coordinator import events
+from coordinator.clock import now_rfc3339
 from coordinator.events import Event
-from coordinator.store.sqlite import now_rfc3339
 
 COALESCE_SECONDS = 0.02
 """At most one delta a session in this many seconds (contract section 9), on trio's clock."""

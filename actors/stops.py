@@ -32,7 +32,7 @@ from actors.context import Runtime, TurnScope
 from actors.handle import ActorHandle
 from coordinator.errors import ToolFailure
 from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
-from coordinator.store import SqliteTx
+from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
 
 log = structlog.get_logger()
@@ -73,7 +73,9 @@ async def decide(turn: TurnScope, reason: StopReason) -> bool:
     return turn.handle.stop(reason)
 
 
-def decide_in(tx: SqliteTx, turn_id: str, reason: StopReason, *, live: TurnScope | None) -> StopReason | None:
+def decide_in(
+    tx: Transaction, turn_id: str, reason: StopReason, *, live: TurnScope | None
+) -> StopReason | None:
     """Inside the transaction of the decision that stops the turn (a reject, a dismissal, an
     interrupt): record the stop's intent if the turn still takes a stop. ``live`` is the turn as this
     process runs it (None: it runs nowhere here). Returns the reason to ``apply`` once the
@@ -135,7 +137,7 @@ def failing_on_error(turn: TurnScope, what: str) -> Iterator[None]:
         raise
 
 
-def settle_reason(tx: SqliteTx, turn_id: str, reason: StopReason | None) -> StopReason | None:
+def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> StopReason | None:
     """The reason a turn settles with, read in its settlement's transaction (None: succeeded).
 
     A stop committed as the turn's intent wins over what the actors stopped with when that was a

@@ -29,12 +29,13 @@ from actors.context import Runtime, TurnScope
 from actors.handle import ActorHandle
 from actors.session import Takeover
 from coordinator import events
+from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, ParentLink
 from coordinator.records import TextPart
+from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow, TurnRow
-from coordinator.store.sqlite import SqliteTx, now_rfc3339
 
 log = structlog.get_logger()
 
@@ -77,7 +78,7 @@ async def run(
     return await _result(turn, call, sub_turn.id)
 
 
-def _check_depth(turn: TurnScope, tx: SqliteTx) -> None:
+def _check_depth(turn: TurnScope, tx: Transaction) -> None:
     limit = turn.runtime.config.limits.task_depth
     depth = tx.session_depth(turn.session_id) + 1
     if depth > limit:
@@ -114,7 +115,7 @@ async def _begin(
     return _scope(runtime, row, epoch), row
 
 
-def _sub_agent(tx: SqliteTx, link: ParentLink, title: str, session_id: str | None, since: str) -> str:
+def _sub_agent(tx: Transaction, link: ParentLink, title: str, session_id: str | None, since: str) -> str:
     """The sub-agent's session id: a new session made now (``session.created``), or ``session_id``."""
     if session_id is None:
         child_id = new_id("ses")

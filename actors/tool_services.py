@@ -12,10 +12,10 @@ from actors.context import TurnScope
 from actors.handle import ActorHandle
 from actors.settlement import preview
 from coordinator import events, wire
+from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
 from coordinator.store.rows import ToolCallRow
-from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.base import CallResult, FormReply, ToolContext
 from coordinator.tools.process import ProcessGroup
 

@@ -53,7 +53,7 @@ async def count_turn_parts(workdir: Path, sizes: Sizes) -> TurnParts:
     ):
         session = await coordinator.create_session("parts")
         await run_turn(coordinator, watcher, session.id)  # imports and caches warm
-        connection = coordinator.store.read.db
+        connection = coordinator.store.read.sql.db  # type: ignore[attr-defined]  (the SQLite backend's apsw connection)
         commits = 0
 
         def on_commit() -> bool:

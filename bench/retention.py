@@ -36,7 +36,7 @@ async def _write_old_events(coordinator: Coordinator, count: int) -> None:
             for n in range(start, min(count, start + 10_000))
         ]
         async with coordinator.store.transaction() as tx:
-            tx.db.executemany("INSERT INTO events(type, session_id, at, payload) VALUES (?, ?, ?, ?)", rows)
+            tx.sql.run_many("INSERT INTO events(type, session_id, at, payload) VALUES (?, ?, ?, ?)", rows)
     await coordinator.store.durable()
 
 

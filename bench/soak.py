@@ -115,7 +115,7 @@ def sample(coordinator: Coordinator, db: Path, tally: Tally, started: float) -> 
 
 
 def _count_events(coordinator: Coordinator) -> int:
-    return int(str(coordinator.store.read.db.execute("SELECT COUNT(*) FROM events").fetchall()[0][0]))
+    return int(coordinator.store.read.sql.all("SELECT COUNT(*) FROM events")[0][0])
 
 
 async def soak(folder: Path, minutes: float) -> Tally:

@@ -16,6 +16,7 @@ from actors.context import Runtime
 from coordinator import claims, decisions, errors, retention
 from coordinator.bus import Bus, Subscription
 from coordinator.checkpoints import Injector
+from coordinator.clock import now_rfc3339
 from coordinator.config import Config, config_from
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
@@ -23,7 +24,6 @@ from coordinator.models.factory import build_model
 from coordinator.records import Form, Message, PermissionRequest, Session
 from coordinator.registry import Registry
 from coordinator.store import SqliteStore, open_store
-from coordinator.store.sqlite import now_rfc3339
 from coordinator.tools.registry import build_tools
 from coordinator.tracing import Tracing
 
@@ -354,7 +354,7 @@ async def open_coordinator(
         chosen_model = model if model is not None else build_model(resolved)
         try:
             async with trio.open_nursery() as root:
-                await root.start(store.serve_durability)
+                await root.start(store.serve)
                 runtime = Runtime(
                     store=store,
                     bus=bus,

@@ -31,9 +31,9 @@ import attrs
 import structlog
 import trio
 
+from coordinator.clock import now_rfc3339
 from coordinator.events import Event, stream_truncated
-from coordinator.store import Queries, SqliteStore
-from coordinator.store.sqlite import now_rfc3339
+from coordinator.store import Reader, SqliteStore
 
 log = structlog.get_logger()
 
@@ -170,7 +170,7 @@ def _session_of(item: Event | _DeltaSlot) -> str | None:
     return item.session_id if isinstance(item, Event) else item.event.session_id
 
 
-def truncation(reader: Queries, after: int) -> Event | None:
+def truncation(reader: Reader, after: int) -> Event | None:
     """``stream.truncated`` when retention deleted events after seq ``after`` (a replay from there
     has lost some), naming the oldest kept event after it; None when nothing after it was pruned."""
     if after >= reader.event_horizon():
@@ -181,7 +181,7 @@ def truncation(reader: Queries, after: int) -> Event | None:
 class Bus:
     """Fans committed events out to subscribers."""
 
-    def __init__(self, reader: Queries, *, live_buffer: int = LIVE_BUFFER) -> None:
+    def __init__(self, reader: Reader, *, live_buffer: int = LIVE_BUFFER) -> None:
         self._reader = reader
         # Weak: a subscription dropped without aclose() takes its buffer with it.
         self._live: weakref.WeakSet[_Live] = weakref.WeakSet()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import trio
 
@@ -22,3 +23,17 @@ def trio_deadline(wall_deadline: float | None) -> float:
     if wall_deadline is None:
         return math.inf
     return trio.current_time() + max(0.0, wall_deadline - wall())
+
+
+def now_rfc3339() -> str:
+    """The wall-clock time as RFC 3339 with milliseconds, in UTC (``2026-12-02T14:39:25.123Z``)."""
+    now = time.time()
+    second = int(now)
+    cached = _SECOND
+    if cached[0] != second:  # formatting the date and time costs more than a commit's other strings
+        cached[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{cached[1]}.{int((now - second) * 1000):03d}Z"
+
+
+_SECOND: list[Any] = [-1, ""]
+"""The last whole second ``now_rfc3339`` formatted, and its text."""

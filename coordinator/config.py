@@ -36,6 +36,9 @@ class ServerConfig:
     """Host names (``agents.example.com``) answered besides the loopback ones (contract section 10)."""
     cors_origins: tuple[str, ...] = ()
     """Origins (``https://app.example.com``) whose web pages may call the API, with CORS headers."""
+    node_id: str = ""
+    """This node's id among the nodes sharing one database (contract section 11); empty: a new id
+    at each start."""
 
 
 @attrs.frozen(kw_only=True)
@@ -75,6 +78,14 @@ class StoreConfig:
 
 
 @attrs.frozen(kw_only=True)
+class PostgresConfig:
+    """``[postgres]``: how a node uses a PostgreSQL store (``[server] db = "postgresql://..."``)."""
+
+    pool_size: int = 8
+    """Connections (and worker threads) the node uses at most for transactions and reads."""
+
+
+@attrs.frozen(kw_only=True)
 class LimitsConfig:
     """``[limits]``: bounds on what a turn may start."""
 
@@ -98,6 +109,7 @@ class Config:
     timeouts: TimeoutsConfig = TimeoutsConfig()
     store: StoreConfig = StoreConfig()
     limits: LimitsConfig = LimitsConfig()
+    postgres: PostgresConfig = PostgresConfig()
     permission: tuple[Rule, ...] = ()
     plugin: tuple[PluginConfig, ...] = ()
     base_dir: Path = attrs.field(factory=Path.cwd)
@@ -127,9 +139,10 @@ _TABLES: dict[str, type[Any]] = {
     "timeouts": TimeoutsConfig,
     "store": StoreConfig,
     "limits": LimitsConfig,
+    "postgres": PostgresConfig,
 }
 _ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig}
-_SECTION_NAMES = "[server], [model], [timeouts], [store], [limits], [[permission]], [[plugin]]"
+_SECTION_NAMES = "[server], [model], [timeouts], [store], [limits], [postgres], [[permission]], [[plugin]]"
 _TOKEN_ENV = "COORDINATOR_TOKEN"
 
 
@@ -148,6 +161,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
     (ServerConfig, "max_resumes"): _NON_NEGATIVE,
     (ServerConfig, "shutdown_grace"): _NON_NEGATIVE,
     (LimitsConfig, "task_depth"): _NON_NEGATIVE,
+    (PostgresConfig, "pool_size"): _Bound(lambda v: 1 <= v <= 1000, "from 1 to 1000"),
     **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
     (StoreConfig, "keep_events_days"): _NON_NEGATIVE,
 }
@@ -244,7 +258,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         if key not in _TABLES and key not in _ARRAYS:
             shown = f"[{key}]" if isinstance(value, dict) else key
             raise ConfigError(f"unknown section (expected one of {_SECTION_NAMES})", f"{label}: {shown}")
-    server, model, timeouts, store, limits = (
+    server, model, timeouts, store, limits, postgres = (
         _build(table.get(name, {}), cls, f"{label}: [{name}]") for name, cls in _TABLES.items()
     )
     permission = tuple(_build_array(table, "permission", label))
@@ -259,6 +273,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         timeouts=timeouts,
         store=store,
         limits=limits,
+        postgres=postgres,
         permission=permission,
         plugin=plugin,
         base_dir=base_dir,

@@ -15,12 +15,12 @@ import structlog
 from actors import stops
 from actors.context import Runtime
 from coordinator import errors, events, permissions
+from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
-from coordinator.store import SqliteTx
+from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
-from coordinator.store.sqlite import now_rfc3339
 
 log = structlog.get_logger()
 
@@ -80,7 +80,7 @@ async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
     return sessions
 
 
-def _refuse_if_busy(tx: SqliteTx, session_id: str, deleting: str) -> None:
+def _refuse_if_busy(tx: Transaction, session_id: str, deleting: str) -> None:
     statuses = tx.unsettled_turn_statuses(session_id)
     claim = tx.get_claim(session_id)
     if statuses or (claim is not None and claim.state != "released"):
@@ -93,7 +93,7 @@ def _refuse_if_busy(tx: SqliteTx, session_id: str, deleting: str) -> None:
         )
 
 
-def _existing(tx: SqliteTx, session_id: str) -> None:
+def _existing(tx: Transaction, session_id: str) -> None:
     if tx.get_session(session_id) is None:
         raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
 
@@ -178,7 +178,7 @@ async def resume(runtime: Runtime, session_id: str) -> TurnRow:
     return turn
 
 
-def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> PermissionRequest:
+def _pending_request(tx: Transaction, session_id: str, request_id: str) -> PermissionRequest:
     request = tx.get_permission(request_id)
     if request is None or request.session_id != session_id:
         raise errors.PermissionNotFound(
@@ -193,13 +193,13 @@ def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> Permissi
     return request
 
 
-def _wait_turn(tx: SqliteTx, request_id: str) -> str:
+def _wait_turn(tx: Transaction, request_id: str) -> str:
     wait = tx.permission_wait_row(request_id)
     assert wait is not None
     return wait.turn_id
 
 
-def _apply_always(runtime: Runtime, tx: SqliteTx, request: PermissionRequest) -> list[PermissionRequest]:
+def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest) -> list[PermissionRequest]:
     """Add the session rule, then resolve every other pending request of the session it now allows."""
     tx.add_session_rule(request.session_id, permissions.always_rule(request.action, request.resource))
     session_rules = tx.session_rules(request.session_id)
@@ -247,7 +247,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
     return cancelled
 
 
-def _pending_form(tx: SqliteTx, session_id: str, form_id: str) -> Form:
+def _pending_form(tx: Transaction, session_id: str, form_id: str) -> Form:
     form = tx.get_form(form_id)
     if form is None or form.session_id != session_id:
         raise errors.FormNotFound(message=f"no form {form_id!r} in session {session_id!r}", form_id=form_id)
@@ -260,7 +260,7 @@ def _pending_form(tx: SqliteTx, session_id: str, form_id: str) -> Form:
     return form
 
 
-def _form_turn(tx: SqliteTx, form_id: str) -> str:
+def _form_turn(tx: Transaction, form_id: str) -> str:
     wait = tx.form_wait_row(form_id)
     assert wait is not None
     return wait.turn_id

@@ -16,7 +16,7 @@ from coordinator.events import Event
 from coordinator.models.base import ChatMessage
 from coordinator.models.history import to_chat
 from coordinator.records import Form, PermissionRequest, Session
-from coordinator.store import Queries
+from coordinator.store import Reader
 from coordinator.store.rows import ClaimRow, ToolCallRow, TurnRow
 
 EVENT_PAGE = 100_000
@@ -66,7 +66,7 @@ class StoreView:
         return self.events[-1].stored_seq if self.events else 0
 
 
-def read_view(read: Queries, session_ids: list[str], turn_ids: list[str]) -> StoreView:
+def read_view(read: Reader, session_ids: list[str], turn_ids: list[str]) -> StoreView:
     """Everything the checks need, for the run's sessions and turns."""
     events = tuple(read.events_after(0, limit=EVENT_PAGE))
     permission_ids = {e.payload["request"]["id"] for e in events if e.type == "permission.asked"}
@@ -144,7 +144,7 @@ class RunRecord:
     reasonless: list[dict[str, Any]] = attrs.Factory(list)
     errors: list[str] = attrs.Factory(list)
 
-    def discover(self, read: Queries) -> None:
+    def discover(self, read: Reader) -> None:
         """Take the sessions and turns a scenario made (the driver made none) from the store."""
         for session in read.list_sessions():
             if session.id not in self.sessions:

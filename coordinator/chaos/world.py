@@ -10,7 +10,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import apsw
 import attrs
 import trio
 
@@ -22,7 +21,7 @@ from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
 from coordinator.models.history import to_chat
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
-from coordinator.store import Queries
+from coordinator.store import open_read_view
 
 RULES = (
     Rule(action="*", resource="*", effect="allow"),
@@ -291,8 +290,5 @@ class ChaosModel:
 def rebuilt_conversation(db: Path, session_id: str) -> tuple[ChatMessage, ...]:
     """The session's conversation read whole from the store (on a connection of its own, with no
     await, so the run's schedule is the same): what a step sends without its kept settled turns."""
-    reader = Queries(apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY))
-    try:
+    with open_read_view(str(db)) as reader:
         return to_chat(*reader.history_with_model_ids(session_id))
-    finally:
-        reader.db.close()

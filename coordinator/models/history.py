@@ -58,7 +58,7 @@ def _json(value: Any) -> str:
 
 
 class HistoryReader(Protocol):
-    """The store's read of a history's tail (``Queries.history_after``)."""
+    """The store's read of a history's tail (``Reader.history_after``)."""
 
     def history_after(
         self, session_id: str, after_ord: int

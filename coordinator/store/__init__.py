@@ -1,40 +1,71 @@
 """The durable store: sessions, turns, history, claims, waits and the event log.
 
-Backends implement ``Store``: a write transaction (``async with store.transaction() as tx``) whose
-body is synchronous and whose events reach the commit callbacks only after the commit, and ``read``,
-the same queries outside a transaction. ``sqlite.py`` is the embedded backend; a PostgreSQL backend
-would implement the same shape with leases and LISTEN/NOTIFY.
+The coordinator is typed against the interface of ``api.py`` (``Reader``, ``Transaction``, ``Store``)
+and opens a backend with ``open_store(url)``: a path (or ``sqlite:///path``, ``:memory:``) is the
+embedded SQLite backend; ``postgresql://user@host:port/dbname`` the PostgreSQL one, for several nodes.
+Nothing outside this package imports a backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
-from typing import Protocol
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from coordinator.events import Event
-from coordinator.store._queries import Queries
-from coordinator.store.sqlite import Fence, SqliteStore, SqliteTx, open_sqlite_store
+from coordinator.store.api import Fence, Reader, Store, Transaction
+from coordinator.store.postgres import open_postgres_store
+from coordinator.store.sqlite import SqliteStore, open_sqlite_read_view, open_sqlite_store
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-class Store(Protocol):
-    """What the coordinator needs of a backend."""
-
-    read: Queries
-
-    def transaction(self, *, fence: Fence | None = None) -> AbstractAsyncContextManager[SqliteTx]: ...
-
-    def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None: ...
+def is_postgres(url: str) -> bool:
+    return url.startswith(POSTGRES_SCHEMES)
 
 
 @contextmanager
-def open_store(url: str, *, synchronous: str = "full") -> Iterator[SqliteStore]:
-    """Open the store named by ``url``: ``sqlite:///path``, a plain path, or ``:memory:``."""
-    path = url.removeprefix("sqlite://") if url.startswith("sqlite://") else url
-    if "://" in path:
-        raise ValueError(f"unsupported store url {url!r}: only sqlite is built in")
-    with open_sqlite_store(path, synchronous=synchronous) as store:
+def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> Iterator[Any]:
+    """Open the store named by ``url``: ``postgresql://...``, or SQLite's ``sqlite:///path``, a plain
+    path or ``:memory:``.
+
+    Args:
+        url: the database.
+        synchronous: SQLite's durability, ``full`` or ``normal`` (PostgreSQL commits synchronously).
+        pool_size: PostgreSQL connections this process uses at most.
+
+    **Raises:** ``StoreError`` when the database cannot be opened; ``ValueError`` for an unknown scheme.
+    """
+    # TODO(#12): yields a ``Store`` once no caller uses the SQLite backend's own ``transaction()``.
+    if is_postgres(url):
+        with open_postgres_store(url, pool_size=pool_size) as postgres:
+            yield postgres
+        return
+    with open_sqlite_store(_sqlite_path(url), synchronous=synchronous) as store:
         yield store
 
 
-__all__ = ["Queries", "SqliteStore", "SqliteTx", "Store", "open_store"]
+@contextmanager
+def open_read_view(url: str) -> Iterator[Reader]:
+    """A read view of the store named by ``url`` on a connection of its own, outside any store the
+    process has open: each read sees what is committed, and none awaits (a checker's reads)."""
+    with open_sqlite_read_view(_sqlite_path(url)) as reader:
+        yield reader
+
+
+def _sqlite_path(url: str) -> str:
+    path = url.removeprefix("sqlite://") if url.startswith("sqlite://") else url
+    if "://" in path:
+        raise ValueError(f"unsupported store url {url!r}: a path, sqlite:///path or postgresql://...")
+    return path
+
+
+__all__ = [
+    "Fence",
+    "Reader",
+    "SqliteStore",
+    "Store",
+    "Transaction",
+    "is_postgres",
+    "open_read_view",
+    "open_store",
+]

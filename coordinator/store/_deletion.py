@@ -1,16 +1,16 @@
 """Deleting rows for good: a whole session (``DELETE /api/session/{sid}``) and old events (retention).
 
-Writes of an open transaction (``SqliteTx`` mixes them in); the caller owns the commit. Neither makes a
-seq come back: ``events.seq`` is ``AUTOINCREMENT``, so SQLite keeps the highest seq ever given in
-``sqlite_sequence`` whatever rows are deleted, and ``Queries.last_seq`` reads it from there.
+Writes of an open transaction; the caller owns the commit. Neither makes a seq come back: every
+backend keeps the highest seq ever given whatever rows are deleted (``Connection.last_seq``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import apsw
 import attrs
+
+from coordinator.store._sql import Connection
 
 # What a session owns besides its events, keyed by the session's id (parts go through messages).
 _SESSION_TABLES = (
@@ -28,73 +28,66 @@ _SESSION_TABLES = (
 _UNSETTLED = "('running', 'stopping', 'suspended')"
 
 
-class Deletions:
-    """The deleting writes of a transaction."""
+def delete_session(sql: Connection, session_id: str) -> int:
+    """Delete the session and everything it owns, its events included; returns how many events."""
+    sql.run(
+        "DELETE FROM parts WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)", (session_id,)
+    )
+    for table in _SESSION_TABLES:
+        sql.run(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+    deleted = sql.run("DELETE FROM events WHERE session_id = ?", (session_id,))
+    sql.run("DELETE FROM sessions WHERE id = ?", (session_id,))
+    return deleted
 
-    db: apsw.Connection
 
-    def delete_session(self, session_id: str) -> int:
-        """Delete the session and everything it owns, its events included; returns how many events."""
-        db = self.db
-        db.execute(
-            "DELETE FROM parts WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)",
+def prune_events(sql: Connection, cutoff: str, after: int, limit: int) -> PruneBatch:
+    """Delete the events among the next ``limit`` after seq ``after`` that are older than ``cutoff``
+    (an RFC 3339 time, compared as text) and belong to no unsettled turn.
+
+    The batch reads at most ``limit`` rows in seq order and stops at the first event not older
+    than ``cutoff``: times grow with seq, so that is where the old events end, and the read never
+    runs on through the young ones. The highest seq deleted raises the stored event horizon.
+    """
+    rows = sql.all(
+        "SELECT seq, session_id, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+    )
+    old = [(seq, session_id) for seq, session_id, _ in _while_older(rows, cutoff)]
+    kept_from = _unsettled_turn_starts(sql)
+    doomed = [(seq,) for seq, session_id in old if seq < kept_from.get(session_id, seq + 1)]
+    if doomed:
+        sql.run_many("DELETE FROM events WHERE seq = ?", doomed)
+        _raise_horizon(sql, doomed[-1][0])
+    return PruneBatch(
+        deleted=len(doomed),
+        scanned_to=old[-1][0] if old else after,
+        finished=len(old) < len(rows) or len(rows) < limit,
+    )
+
+
+def _unsettled_turn_starts(sql: Connection) -> dict[str | None, int]:
+    """For each session with an unsettled turn, the seq its events are kept from: the turn's
+    ``session.turn.started`` (a session runs one turn at a time, so it is the session's last
+    one), or 0 (everything) if that event cannot be found."""
+    sessions = sql.all(f"SELECT DISTINCT session_id FROM turns WHERE status IN {_UNSETTLED}")
+    starts: dict[str | None, int] = {}
+    for (session_id,) in sessions:
+        assert isinstance(session_id, str)
+        # Walks the session's index backwards from its newest event: the current turn's events.
+        row = sql.all(
+            "SELECT seq FROM events WHERE session_id = ? AND type = 'session.turn.started' "
+            "ORDER BY seq DESC LIMIT 1",
             (session_id,),
         )
-        for table in _SESSION_TABLES:
-            db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
-        deleted = db.changes()
-        db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-        return deleted
+        starts[session_id] = int(row[0][0]) if row else 0
+    return starts
 
-    def prune_events(self, cutoff: str, after: int, limit: int) -> PruneBatch:
-        """Delete the events among the next ``limit`` after seq ``after`` that are older than ``cutoff``
-        (an RFC 3339 time, compared as text) and belong to no unsettled turn.
 
-        The batch reads at most ``limit`` rows in seq order and stops at the first event not older
-        than ``cutoff``: times grow with seq, so that is where the old events end, and the read never
-        runs on through the young ones. The highest seq deleted raises the stored event horizon.
-        """
-        rows = self.db.execute(
-            "SELECT seq, session_id, at FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
-        ).fetchall()
-        old = [(seq, session_id) for seq, session_id, _ in _while_older(rows, cutoff)]
-        kept_from = self._unsettled_turn_starts()
-        doomed = [(seq,) for seq, session_id in old if seq < kept_from.get(session_id, seq + 1)]
-        if doomed:
-            self.db.executemany("DELETE FROM events WHERE seq = ?", doomed)
-            self._raise_horizon(doomed[-1][0])
-        return PruneBatch(
-            deleted=len(doomed),
-            scanned_to=old[-1][0] if old else after,
-            finished=len(old) < len(rows) or len(rows) < limit,
-        )
-
-    def _unsettled_turn_starts(self) -> dict[str | None, int]:
-        """For each session with an unsettled turn, the seq its events are kept from: the turn's
-        ``session.turn.started`` (a session runs one turn at a time, so it is the session's last
-        one), or 0 (everything) if that event cannot be found."""
-        sessions = self.db.execute(
-            f"SELECT DISTINCT session_id FROM turns WHERE status IN {_UNSETTLED}"
-        ).fetchall()
-        starts: dict[str | None, int] = {}
-        for (session_id,) in sessions:
-            assert isinstance(session_id, str)
-            # Walks the session's index backwards from its newest event: the current turn's events.
-            row = self.db.execute(
-                "SELECT seq FROM events WHERE session_id = ? AND type = 'session.turn.started' "
-                "ORDER BY seq DESC LIMIT 1",
-                (session_id,),
-            ).fetchall()
-            starts[session_id] = int(str(row[0][0])) if row else 0
-        return starts
-
-    def _raise_horizon(self, seq: int) -> None:
-        self.db.execute(
-            "INSERT INTO store_meta(key, value) VALUES ('event_horizon', ?) ON CONFLICT(key) DO UPDATE "
-            "SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
-            (str(seq),),
-        )
+def _raise_horizon(sql: Connection, seq: int) -> None:
+    sql.run(
+        "INSERT INTO store_meta(key, value) VALUES ('event_horizon', ?) ON CONFLICT(key) DO UPDATE "
+        "SET value = excluded.value WHERE CAST(store_meta.value AS BIGINT) < CAST(excluded.value AS BIGINT)",
+        (str(seq),),
+    )
 
 
 def _while_older(rows: list[tuple[Any, ...]], cutoff: str) -> list[tuple[Any, ...]]:

@@ -263,7 +263,7 @@ def _damage_events_page(db: Path) -> None:
     """A database whose events table has a page of garbage, as a failing disk leaves it."""
     with open_store(str(db)) as store:
         for _ in range(200):
-            store.read.db.execute(
+            store.read.sql.run(
                 "INSERT INTO events(type, session_id, at, payload) VALUES ('x', NULL, 'now', ?)", ("y" * 200,)
             )
     connection = apsw.Connection(str(db))

@@ -214,7 +214,7 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[server]\nprot = 1\n",
             "coordinator.toml: [server].prot: unknown key (expected one of host, port, db, token, lease, "
-            "max_resumes, resume, shutdown_grace, allowed_hosts, cors_origins)",
+            "max_resumes, resume, shutdown_grace, allowed_hosts, cors_origins, node_id)",
         ),
         (
             '[[permission]]\neffect = "ask"\ntool = "shell"\n',
@@ -224,12 +224,12 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[logging]\nlevel = 1\n",
             "coordinator.toml: [logging]: unknown section (expected one of [server], [model], [timeouts], "
-            "[store], [limits], [[permission]], [[plugin]])",
+            "[store], [limits], [postgres], [[permission]], [[plugin]])",
         ),
         (
             "verbose = true\n",
             "coordinator.toml: verbose: unknown section (expected one of [server], [model], "
-            "[timeouts], [store], [limits], [[permission]], [[plugin]])",
+            "[timeouts], [store], [limits], [postgres], [[permission]], [[plugin]])",
         ),
         ("[[server]]\nport = 1\n", "coordinator.toml: [server]: expected a table, got an array"),
         (

@@ -52,9 +52,10 @@ class OnCheckpoint:
 
 
 def as_another_process(runtime: Any) -> Any:
-    """The runtime as a second process sharing the database sees it: not shutting down. Its reply
-    lands while this process suspends the turn (this one refuses decisions from then on)."""
-    return attrs.evolve(runtime, closing=False)
+    """The runtime as a second process sharing the database sees it: not shutting down, and running
+    none of this process's turns. Its reply lands while this process suspends the turn (this one
+    refuses decisions from then on)."""
+    return attrs.evolve(runtime, closing=False, turns={})
 
 
 def fail_next_commit(store: SqliteStore) -> None:

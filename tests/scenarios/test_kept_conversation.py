@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import apsw
 import attrs
 import pytest
 import trio
@@ -26,7 +25,7 @@ from coordinator.models import history
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
 from coordinator.models.history import to_chat
 from coordinator.models.scripted import ScriptedModel
-from coordinator.store import Queries
+from coordinator.store import open_read_view
 from tests.conftest import ASK_SHELL, Recorder, make_config, running
 
 # ``fail`` raises a ToolFailure (with a partial result), not any exception: an exception is logged
@@ -96,11 +95,8 @@ class CheckingModel:
     )
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        reader = Queries(apsw.Connection(str(self.db_path), flags=apsw.SQLITE_OPEN_READONLY))
-        try:
+        with open_read_view(str(self.db_path)) as reader:
             rebuilt = to_chat(*reader.history_with_model_ids(request.session_id))
-        finally:
-            reader.db.close()
         self.sent.append((request.messages, rebuilt))
         return await ScriptedModel.from_json(self.scripts[request.session_id]).complete(request)
 

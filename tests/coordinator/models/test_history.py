@@ -10,9 +10,8 @@ import pytest
 from coordinator.models.base import ChatMessage
 from coordinator.models.history import Conversations, estimated_bytes, to_chat
 from coordinator.records import ToolError
-from coordinator.store import SqliteStore, open_store
+from coordinator.store import SqliteStore, Transaction, open_store
 from coordinator.store.rows import ToolCallRow
-from coordinator.store.sqlite import SqliteTx
 
 
 @pytest.fixture
@@ -21,7 +20,7 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
         yield opened
 
 
-def add_turn(tx: SqliteTx, session_id: str, turn_id: str, status: str) -> None:
+def add_turn(tx: Transaction, session_id: str, turn_id: str, status: str) -> None:
     """A turn with its prompt and a text answer."""
     tx.insert_turn(turn_id, session_id, f"prompt of {turn_id}", "now")
     tx.set_turn_status(turn_id, status)
@@ -31,7 +30,7 @@ def add_turn(tx: SqliteTx, session_id: str, turn_id: str, status: str) -> None:
     tx.add_text_part(f"{turn_id}-answer", f"answer of {turn_id}")
 
 
-def add_running_call(tx: SqliteTx, session_id: str, turn_id: str, call_id: str) -> None:
+def add_running_call(tx: Transaction, session_id: str, turn_id: str, call_id: str) -> None:
     """An assistant message whose tool call has no result yet (a suspended turn keeps such a call)."""
     message_id = f"{turn_id}-{call_id}"
     tx.insert_message(message_id, session_id, turn_id, "assistant", "now")
@@ -92,7 +91,7 @@ async def test_a_claim_held_by_another_owner_meanwhile_reads_the_history_again(s
         add_turn(tx, "s", "t1", "settled")
     conversations = Conversations()
     conversations.request_messages(store.read, "s", epoch=1)
-    store.read.db.execute("UPDATE parts SET text = 'rewritten' WHERE message_id = 't1-answer'")
+    store.read.sql.run("UPDATE parts SET text = 'rewritten' WHERE message_id = 't1-answer'")
     assert conversations.request_messages(store.read, "s", epoch=3) == rebuilt(store, "s")
     assert conversations.request_messages(store.read, "s", epoch=3)[1].content == "rewritten"
 

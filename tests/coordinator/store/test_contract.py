@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from coordinator import errors
 from coordinator.events import Draft
-from coordinator.store import SqliteStore, open_store
-from coordinator.store._queries import Queries
+from coordinator.store import SqliteStore, open_read_view, open_store
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
 
 
@@ -142,7 +141,7 @@ def _damaged_events(path: Path) -> None:
     """A database whose events table's root page is garbage, as a failing disk leaves it."""
     with open_store(str(path)) as store:
         for _ in range(50):
-            store.read.db.execute("INSERT INTO events(type, at, payload) VALUES ('x', 'now', '{}')")
+            store.read.sql.run("INSERT INTO events(type, at, payload) VALUES ('x', 'now', '{}')")
     connection = apsw.Connection(str(path))
     connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchall()[0][0]
@@ -161,12 +160,8 @@ def test_a_damaged_page_is_refused_at_open_and_a_read_of_it_is_a_store_error(tmp
     with pytest.raises(errors.StoreError) as refused, open_store(str(path)):
         pass
     assert str(refused.value).startswith("CorruptError: ")
-    connection = apsw.Connection(str(path))
-    try:
-        with pytest.raises(errors.StoreError) as read:
-            Queries(connection).last_seq()
-    finally:
-        connection.close()
+    with open_read_view(str(path)) as reader, pytest.raises(errors.StoreError) as read:
+        reader.last_seq()
     assert isinstance(read.value.__cause__, apsw.CorruptError)
 
 

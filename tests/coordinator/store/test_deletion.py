@@ -10,7 +10,7 @@ import apsw
 from coordinator import retention
 from coordinator.events import Draft
 from coordinator.store import open_store
-from coordinator.store._migrations import MIGRATIONS
+from coordinator.store.sqlite._migrations import MIGRATIONS
 
 OLD = "2000-01-01T00:00:00.000Z"
 
@@ -79,7 +79,7 @@ async def test_a_prune_gives_the_space_it_freed_back_to_the_file_system(tmp_path
     payload = json.dumps({"text": "x" * 2000})
     with open_store(str(path), synchronous="normal") as store:
         async with store.transaction() as tx:
-            tx.db.executemany(
+            tx.sql.run_many(
                 "INSERT INTO events(type, session_id, at, payload) VALUES ('test.event', NULL, ?, ?)",
                 [(OLD, payload)] * 5000,
             )

@@ -19,7 +19,7 @@ from coordinator import errors, open_coordinator
 from coordinator.config import Config, PluginConfig
 from coordinator.events import Event
 from coordinator.records import Rule
-from coordinator.store import _durability
+from coordinator.store.sqlite import _durability
 from tests.conftest import make_config, running
 
 MARK = """

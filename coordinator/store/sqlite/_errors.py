@@ -1,5 +1,5 @@
 """apsw's exceptions as the store's own (``StoreBusy``, ``StoreFull``, ``StoreError``): the one mapping,
-used by ``sqlite.map_apsw_errors`` around commits and by every read of ``Queries``."""
+used by ``_connection.map_apsw_errors`` around every statement of the SQLite backend."""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""The transport under the shared queries: what a backend's connection must do, and nothing more.
+
+The queries of ``_reads.py`` and ``_writes.py`` are one body of SQL for every backend, written with
+``?`` parameters in the dialect SQLite and PostgreSQL share. A backend gives them a ``Connection``:
+statements run on one connection inside one transaction (or, for a read view, one statement at a
+time), and the few things the dialects spell differently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+
+class Connection(Protocol):
+    """One database connection, as the shared queries use it. Every method may raise ``StoreError``
+    (the backend maps its driver's exceptions at this boundary)."""
+
+    def all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a query."""
+        ...
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Execute a statement; the number of rows it changed."""
+        ...
+
+    def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Execute a statement once for each parameter row."""
+        ...
+
+    def serialize(self, scope: str) -> None:
+        """From here to the end of the transaction, no other transaction that serializes on
+        ``scope`` (a session id, a table) runs: a read-modify-write (the next ``ord`` of a session's
+        rows) cannot interleave with another one. A no-op where the backend serializes every write
+        transaction anyway (SQLite's write lock)."""
+        ...
+
+    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> int:
+        """Append an event to the log; its seq, which is never given again and becomes visible in
+        seq order (no event of a lower seq appears after one of a higher seq)."""
+        ...
+
+    def last_seq(self) -> int:
+        """The highest seq ever given, even if its event was deleted since."""
+        ...
+
+    def json_text(self, column: str, key: str) -> str:
+        """The SQL expression for the text of top-level ``key`` of the JSON text in ``column``."""
+        ...
+
+    def page_counts(self) -> tuple[int, int]:
+        """The database's free pages and all its pages (0, 0 where the backend keeps no such count)."""
+        ...
+
+
+def one(connection: Connection, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+    """The first row of a query, or None."""
+    rows = connection.all(sql, args)
+    return rows[0] if rows else None

@@ -1,0 +1,350 @@
+"""The writes of the store, one body of SQL for every backend: ``SqlTransaction``, a write
+transaction's view (``store.api.Transaction``). Nothing here commits: the backend owns the commit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coordinator import clock
+from coordinator.events import Draft, Event
+from coordinator.reasons import ParentLink, StopReason, TextStatus
+from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
+from coordinator.store import api
+from coordinator.store._deletion import PruneBatch, delete_session, prune_events
+from coordinator.store._reads import SqlReader
+from coordinator.store._records import dump_json
+from coordinator.store._sql import Connection
+from coordinator.store.rows import InstanceRow, ToolCallRow
+
+
+class SqlTransaction(SqlReader, api.Transaction):
+    """An open write transaction: its reads see its own writes; its events are kept in ``events``
+    for the backend to hand over once the commit succeeded."""
+
+    def __init__(self, sql: Connection) -> None:
+        super().__init__(sql)
+        self.events: list[Event] = []
+
+    def _run(self, query: str, args: tuple[Any, ...] = ()) -> int:
+        return self.sql.run(query, args)
+
+    def _next_ord(self, table: str, where: str, args: tuple[Any, ...], scope: str) -> int:
+        """The next ``ord`` of ``table`` among the rows ``where`` selects. ``scope`` names what the
+        numbering is per (a session id, or the table): concurrent writers of one scope serialize."""
+        self.sql.serialize(scope)
+        row = self._one(f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table} WHERE {where}", args)
+        assert row is not None
+        return int(row[0])
+
+    def emit(self, draft: Draft) -> Event:
+        at = clock.now_rfc3339()
+        payload = json.dumps(draft.payload, separators=(",", ":"))
+        seq = self.sql.insert_event(draft.type, draft.session_id, at, payload)
+        event = Event(seq=seq, type=draft.type, session_id=draft.session_id, at=at, payload=draft.payload)
+        self.events.append(event)
+        return event
+
+    # sessions -------------------------------------------------------------------------------
+    def insert_session(
+        self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
+    ) -> None:
+        ord = self._next_ord("sessions", "1 = 1", (), "sessions")
+        self._run(
+            "INSERT INTO sessions(id, title, last_outcome, created_at, ord, parent_session_id, "
+            "parent_call_id) VALUES (?, ?, NULL, ?, ?, ?, ?)",
+            (session_id, title, created_at, ord, *_link(parent)),
+        )
+
+    def set_last_outcome(self, session_id: str, outcome: str) -> None:
+        self._run("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
+
+    def delete_session(self, session_id: str) -> int:
+        return delete_session(self.sql, session_id)
+
+    # turns ----------------------------------------------------------------------------------
+    def insert_turn(
+        self, turn_id: str, session_id: str, prompt: str, created_at: str, task: ParentLink | None = None
+    ) -> None:
+        ord = self._next_ord("turns", "session_id = ?", (session_id,), session_id)
+        self._run(
+            "INSERT INTO turns(id, session_id, ord, prompt, status, created_at, parent_session_id, "
+            "parent_call_id) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
+            (turn_id, session_id, ord, prompt, created_at, *_link(task)),
+        )
+
+    def set_turn_status(self, turn_id: str, status: str) -> None:
+        self._run("UPDATE turns SET status = ? WHERE id = ?", (status, turn_id))
+
+    def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
+        changed = self._run(
+            "UPDATE turns SET status = 'stopping', stop_reason = ?, parked = 0 "
+            "WHERE id = ? AND status IN ('running', 'suspended')",
+            (_reason(reason), turn_id),
+        )
+        return changed == 1
+
+    def settle_turn(self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None) -> None:
+        self._run(
+            "UPDATE turns SET status = ?, stop_reason = ?, outcome = ? WHERE id = ?",
+            (status, _reason(reason), outcome, turn_id),
+        )
+
+    def mark_resumed(self, turn_id: str, after: str) -> bool:
+        changed = self._run(
+            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ?, parked = 0 "
+            "WHERE id = ? AND status IN ('running', 'suspended')",
+            (after, turn_id),
+        )
+        return changed == 1
+
+    # Parked turns (``[server] resume = "manual"``, contract section 14): ``turns.parked`` is 0 (not
+    # parked), 1 (parked) or 2 (a resume was asked and the turn awaits its takeover: no one parks it
+    # again, and any instance may take it over).
+    def park_turn(self, turn_id: str) -> bool:
+        changed = self._run(
+            "UPDATE turns SET parked = 1 WHERE id = ? AND parked = 0 AND status IN ('running', 'suspended')",
+            (turn_id,),
+        )
+        return changed == 1
+
+    def release_parked(self, turn_id: str) -> bool:
+        return self._run("UPDATE turns SET parked = 2 WHERE id = ? AND parked = 1", (turn_id,)) == 1
+
+    # steps ----------------------------------------------------------------------------------
+    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
+        ord = self._next_ord("steps", "turn_id = ?", (turn_id,), session_id)
+        index = self._one("SELECT COUNT(*) FROM steps WHERE session_id = ?", (session_id,))
+        self._run(
+            "INSERT INTO steps(id, session_id, turn_id, ord, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+            (step_id, session_id, turn_id, ord, created_at),
+        )
+        assert index is not None
+        return int(index[0])
+
+    def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None:
+        self._run("UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, _reason(reason), step_id))
+
+    def save_streamed_text(self, step_id: str, text: str) -> None:
+        self._run("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
+
+    # messages -------------------------------------------------------------------------------
+    def insert_message(
+        self, message_id: str, session_id: str, turn_id: str, role: str, created_at: str
+    ) -> None:
+        ord = self._next_ord("messages", "session_id = ?", (session_id,), session_id)
+        self._run(
+            "INSERT INTO messages(id, session_id, turn_id, role, ord, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (message_id, session_id, turn_id, role, ord, created_at),
+        )
+
+    def add_text_part(self, message_id: str, text: str, status: TextStatus = "complete") -> None:
+        ord = self._next_ord("parts", "message_id = ?", (message_id,), message_id)
+        self._run(
+            "INSERT INTO parts(message_id, ord, kind, text, status) VALUES (?, ?, 'text', ?, ?)",
+            (message_id, ord, text, status),
+        )
+
+    def add_tool_part(self, message_id: str, call_id: str) -> None:
+        ord = self._next_ord("parts", "message_id = ?", (message_id,), message_id)
+        self._run(
+            "INSERT INTO parts(message_id, ord, kind, call_id) VALUES (?, ?, 'tool', ?)",
+            (message_id, ord, call_id),
+        )
+
+    # tool calls -----------------------------------------------------------------------------
+    def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None:
+        ord = self._next_ord("tool_calls", "turn_id = ?", (call.turn_id,), call.session_id)
+        self._run(
+            "INSERT INTO tool_calls(session_id, call_id, turn_id, step_id, parent_call_id, model_call_id, "
+            "name, input, status, ord, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                call.session_id,
+                call.call_id,
+                call.turn_id,
+                call.step_id,
+                call.parent_call_id,
+                call.model_call_id,
+                call.name,
+                json.dumps(call.input),
+                call.status,
+                ord,
+                created_at,
+            ),
+        )
+
+    def settle_tool_call(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        output: Any = None,
+        error: ToolError | None = None,
+        partial: Partial | None = None,
+    ) -> bool:
+        status = "failed" if error is not None else "succeeded"
+        changed = self._run(
+            "UPDATE tool_calls SET status = ?, output = ?, error = ?, partial = ? "
+            "WHERE session_id = ? AND call_id = ? AND status = 'running'",
+            (
+                status,
+                None if error is not None else json.dumps(output),
+                dump_json(error),
+                dump_json(partial),
+                session_id,
+                call_id,
+            ),
+        )
+        return changed == 1
+
+    def set_process_group(self, session_id: str, call_id: str, group: Any) -> None:
+        self._run(
+            "UPDATE tool_calls SET process_group = ? WHERE session_id = ? AND call_id = ?",
+            (dump_json(group), session_id, call_id),
+        )
+
+    def mark_tool_started(self, session_id: str, call_id: str) -> None:
+        self._run(
+            "UPDATE tool_calls SET tool_started = 1 WHERE session_id = ? AND call_id = ?",
+            (session_id, call_id),
+        )
+
+    def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None:
+        self._run(
+            "UPDATE tool_calls SET progress = ? WHERE session_id = ? AND call_id = ?",
+            (json.dumps(progress), session_id, call_id),
+        )
+
+    # claims and instances -------------------------------------------------------------------
+    def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
+        self.sql.serialize(session_id)
+        self._run(
+            "INSERT INTO claims(session_id, owner, epoch, state, since) VALUES (?, NULL, 0, 'released', NULL) "
+            "ON CONFLICT(session_id) DO NOTHING",
+            (session_id,),
+        )
+        changed = self._run(
+            "UPDATE claims SET owner = ?, epoch = epoch + 1, state = 'held', since = ? "
+            "WHERE session_id = ? AND (state = 'released' OR owner IS NOT DISTINCT FROM ?)",
+            (owner, since, session_id, takeover_from),
+        )
+        if changed != 1:
+            return 0
+        claim = self.get_claim(session_id)
+        assert claim is not None
+        return claim.epoch
+
+    def set_claim_state(self, session_id: str, state: str) -> None:
+        if state == "released":
+            self._run(
+                "UPDATE claims SET state = 'released', owner = NULL, since = NULL WHERE session_id = ?",
+                (session_id,),
+            )
+        else:
+            self._run("UPDATE claims SET state = ? WHERE session_id = ?", (state, session_id))
+
+    def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
+        changed = self._run(
+            "UPDATE claims SET state = 'suspended' WHERE session_id = ? AND state = 'held' "
+            "AND owner IS NOT DISTINCT FROM ?",
+            (session_id, dead_owner),
+        )
+        return changed == 1
+
+    def register_instance(self, instance: InstanceRow, started_at: str) -> None:
+        self._run(
+            "INSERT INTO instances(id, host, pid, boot_id, started_at, heartbeat, stopped) VALUES (?, ?, ?, ?, ?, ?, 0)",
+            (instance.id, instance.host, instance.pid, instance.boot_id, started_at, instance.heartbeat),
+        )
+
+    def beat(self, instance_id: str, heartbeat: float) -> None:
+        self._run("UPDATE instances SET heartbeat = ? WHERE id = ?", (heartbeat, instance_id))
+
+    def mark_instance_stopped(self, instance_id: str) -> None:
+        self._run("UPDATE instances SET stopped = 1 WHERE id = ?", (instance_id,))
+
+    # permission requests and rules ----------------------------------------------------------
+    def insert_permission(self, request: PermissionRequest, turn_id: str, deadline_at: float | None) -> None:
+        ord = self._next_ord("permission_requests", "1 = 1", (), "permission_requests")
+        self._run(
+            "INSERT INTO permission_requests(id, session_id, turn_id, call_id, action, resource, status, "
+            "created_at, deadline_at, ord) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                request.id,
+                request.session_id,
+                turn_id,
+                request.call_id,
+                request.action,
+                request.resource,
+                request.created_at,
+                deadline_at,
+                ord,
+            ),
+        )
+
+    def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
+        changed = self._run(
+            "UPDATE permission_requests SET status = 'replied', decision = ?, message = ? "
+            "WHERE id = ? AND status = 'pending'",
+            (decision, message, request_id),
+        )
+        return changed == 1
+
+    def revoke_permission(self, request_id: str, reason: StopReason) -> bool:
+        changed = self._run(
+            "UPDATE permission_requests SET status = 'revoked', reason = ? WHERE id = ? AND status = 'pending'",
+            (_reason(reason), request_id),
+        )
+        return changed == 1
+
+    def add_session_rule(self, session_id: str, rule: Rule) -> None:
+        ord = self._next_ord("session_rules", "session_id = ?", (session_id,), session_id)
+        self._run(
+            "INSERT INTO session_rules(session_id, ord, action, resource, effect) VALUES (?, ?, ?, ?, ?)",
+            (session_id, ord, rule.action, rule.resource, rule.effect),
+        )
+
+    # forms ----------------------------------------------------------------------------------
+    def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None:
+        ord = self._next_ord("forms", "1 = 1", (), "forms")
+        self._run(
+            "INSERT INTO forms(id, session_id, turn_id, call_id, questions, status, created_at, deadline_at, ord) "
+            "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                form.id,
+                form.session_id,
+                turn_id,
+                form.call_id,
+                dump_json(form.questions),
+                form.created_at,
+                deadline_at,
+                ord,
+            ),
+        )
+
+    def settle_form(
+        self,
+        form_id: str,
+        status: str,
+        *,
+        answers: dict[str, str] | None = None,
+        message: str | None = None,
+        reason: StopReason | None = None,
+    ) -> bool:
+        changed = self._run(
+            "UPDATE forms SET status = ?, answers = ?, message = ?, reason = ? WHERE id = ? AND status = 'pending'",
+            (status, None if answers is None else json.dumps(answers), message, _reason(reason), form_id),
+        )
+        return changed == 1
+
+    # events ---------------------------------------------------------------------------------
+    def prune_events(self, cutoff: str, after: int, limit: int) -> PruneBatch:
+        return prune_events(self.sql, cutoff, after, limit)
+
+
+def _link(link: ParentLink | None) -> tuple[str | None, str | None]:
+    return (None, None) if link is None else (link.session_id, link.call_id)
+
+
+def _reason(reason: StopReason | None) -> str | None:
+    return dump_json(reason) if reason is not None else None

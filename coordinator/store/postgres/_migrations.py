@@ -1,0 +1,181 @@
+"""Numbered schema migrations of the PostgreSQL store; ``MIGRATIONS[i]`` moves version i to i + 1.
+
+The tables are SQLite's (``store/sqlite/_migrations.py``) at its version 6, so the shared queries run
+on both; what differs is said where it is. The version is kept in ``store_version``, and migrations
+run under an advisory lock, so nodes starting together migrate once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_V1 = """
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    last_outcome TEXT,
+    created_at TEXT NOT NULL,
+    ord BIGINT NOT NULL,
+    parent_session_id TEXT,
+    parent_call_id TEXT
+);
+CREATE INDEX sessions_by_ord ON sessions(ord);
+CREATE INDEX sessions_by_parent ON sessions(parent_session_id);
+-- rowid: the insertion order SQLite's own rowid gives (unfinished turns are recovered oldest first)
+CREATE TABLE turns (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    ord BIGINT NOT NULL,
+    prompt TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stop_reason TEXT,
+    outcome TEXT,
+    resumes INTEGER NOT NULL DEFAULT 0,
+    suspended_after TEXT,
+    created_at TEXT NOT NULL,
+    parked INTEGER NOT NULL DEFAULT 0,
+    parent_session_id TEXT,
+    parent_call_id TEXT
+);
+CREATE INDEX turns_by_session ON turns(session_id, ord);
+CREATE INDEX turns_by_status ON turns(status);
+CREATE INDEX turns_by_parent_call ON turns(parent_session_id, parent_call_id);
+CREATE TABLE steps (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    ord BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    created_at TEXT NOT NULL,
+    streamed_text TEXT
+);
+CREATE INDEX steps_by_turn ON steps(turn_id, ord);
+CREATE INDEX steps_by_session ON steps(session_id);
+CREATE TABLE messages (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    ord BIGINT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX messages_by_session ON messages(session_id, ord);
+CREATE TABLE parts (
+    message_id TEXT NOT NULL,
+    ord BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT,
+    call_id TEXT,
+    status TEXT NOT NULL DEFAULT 'complete',
+    PRIMARY KEY (message_id, ord)
+);
+CREATE TABLE tool_calls (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    step_id TEXT,
+    parent_call_id TEXT,
+    model_call_id TEXT,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    output TEXT,
+    error TEXT,
+    partial TEXT,
+    progress TEXT,
+    ord BIGINT NOT NULL,
+    created_at TEXT NOT NULL,
+    process_group TEXT,
+    tool_started INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, call_id)
+);
+CREATE INDEX tool_calls_by_turn ON tool_calls(turn_id, ord);
+CREATE INDEX tool_calls_by_session ON tool_calls(session_id, rowid);
+CREATE TABLE claims (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT,
+    epoch BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    since TEXT
+);
+CREATE TABLE instances (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    heartbeat DOUBLE PRECISION NOT NULL,
+    stopped INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE permission_requests (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    status TEXT NOT NULL,
+    decision TEXT,
+    message TEXT,
+    reason TEXT,
+    deadline_at DOUBLE PRECISION,
+    created_at TEXT NOT NULL,
+    ord BIGINT NOT NULL
+);
+CREATE INDEX permission_by_session ON permission_requests(session_id, status);
+CREATE INDEX permission_by_turn ON permission_requests(turn_id, status);
+CREATE TABLE forms (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    questions TEXT NOT NULL,
+    status TEXT NOT NULL,
+    answers TEXT,
+    message TEXT,
+    reason TEXT,
+    deadline_at DOUBLE PRECISION,
+    created_at TEXT NOT NULL,
+    ord BIGINT NOT NULL
+);
+CREATE INDEX forms_by_session ON forms(session_id, status);
+CREATE INDEX forms_by_turn ON forms(turn_id, status);
+CREATE TABLE session_rules (
+    session_id TEXT NOT NULL,
+    ord BIGINT NOT NULL,
+    action TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    PRIMARY KEY (session_id, ord)
+);
+-- seq is given by event_counter, in the transaction that inserts the event, under that row's lock
+-- until the commit: seqs are gap-free and become visible in seq order (design/store.md).
+CREATE TABLE events (
+    seq BIGINT PRIMARY KEY,
+    type TEXT NOT NULL,
+    session_id TEXT,
+    at TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE INDEX events_by_session ON events(session_id, seq);
+CREATE TABLE event_counter (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    last BIGINT NOT NULL
+);
+INSERT INTO event_counter(id, last) VALUES (1, 0);
+CREATE TABLE store_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+def _v1(execute: Callable[[str], Any]) -> None:
+    execute(_V1)
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1]

@@ -1,0 +1,243 @@
+"""The store on PostgreSQL: psycopg's synchronous API in trio worker threads, a bounded pool per node.
+
+psycopg 3's async API runs only on asyncio (its trio support was never merged), and a blocking call
+on the trio thread would stop every session of the node for a network round trip. So each
+transaction is a synchronous function (``store.api``) run whole in a worker thread, on a connection
+of ``psycopg_pool.ConnectionPool``; ``[postgres] pool_size`` bounds both the connections and the
+threads (a ``trio.CapacityLimiter``), so a burst of actors queues on the trio side instead of opening
+connections without end.
+
+Commits are synchronous (``synchronous_commit = on``): a commit becomes visible to other sessions
+only once it is flushed, so whatever anyone reads is durable. Events reach this node's subscribers
+from the store, in seq order, by one tail task (``_Tail``): the node's own commits and every other
+node's alike, woken by a commit here or a NOTIFY from elsewhere (``_listener.py``), so every node
+publishes the same sequence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+import structlog
+import trio
+
+from coordinator import errors
+from coordinator.events import Event
+from coordinator.store._reads import SqlReader
+from coordinator.store._writes import SqlTransaction
+from coordinator.store.api import Fence, Reader, Transaction
+from coordinator.store.postgres._connection import RETRYABLE, PsycopgConnection, mapped
+from coordinator.store.postgres._listener import serve_listener
+from coordinator.store.postgres._migrations import MIGRATIONS
+from coordinator.store.postgres._tail import Tail
+
+T = TypeVar("T")
+
+log = structlog.get_logger()
+
+CHANNEL = "coordinator_events"
+"""The NOTIFY channel: its payload is the seq of the last event a commit appended (ids only)."""
+
+RETRIES = 5
+"""How often a transaction a deadlock (or a serialization failure) aborted is run again."""
+
+CONNECT_SECONDS = 10.0
+"""How long a transaction waits for a connection of the pool before ``StoreBusy``."""
+
+# A frozen node's open transaction holds its locks; the server ends it after this long idle in it
+# (a body never waits on anything but the database), so that nobody waits on it for ever.
+SESSION_SETTINGS = {
+    "idle_in_transaction_session_timeout": "5s",
+    "lock_timeout": "15s",
+    "synchronous_commit": "on",
+}
+
+
+class PostgresStore:
+    """The store on one PostgreSQL database, shared by any number of nodes. Use ``open_postgres_store``."""
+
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool[Any], pool_size: int) -> None:
+        self.url = url
+        self._pool = pool
+        self._limiter = trio.CapacityLimiter(pool_size)
+        self._on_commit: list[Callable[[Sequence[Event]], None]] = []
+        self._tail = Tail(self)
+        self.before_commit: Callable[[], None] | None = None
+        self.commit_observer: Callable[[float], None] | None = None
+        self.last_own_seq = 0
+        self._on_change: list[Callable[[], None]] = []
+
+    # the interface ---------------------------------------------------------------------------
+    async def write(self, body: Callable[[Transaction], T], *, fence: Fence | None = None) -> T:
+        await trio.lowlevel.checkpoint()
+        began = time.perf_counter()
+        events, result = await trio.to_thread.run_sync(
+            self._write_in_thread, body, fence, limiter=self._limiter
+        )
+        if self.commit_observer is not None:
+            self.commit_observer(time.perf_counter() - began)
+        if events:
+            self.last_own_seq = max(self.last_own_seq, events[-1].stored_seq)
+            for callback in self._on_commit:
+                callback(events)
+            self._tail.own_commit(events[-1].stored_seq)
+        return result
+
+    async def read(self, query: Callable[[Reader], T]) -> T:
+        await trio.lowlevel.checkpoint()
+        return await trio.to_thread.run_sync(self._read_in_thread, query, limiter=self._limiter)
+
+    async def durable(self) -> None:
+        """Every commit is flushed before it returns; this waits until this node's own events are
+        handed over (published here), which a caller's answer must not precede."""
+        await self._tail.wait_handed_over(self.last_own_seq)
+
+    def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None:
+        self._on_commit.append(callback)
+
+    def on_durable(self, callback: Callable[[Sequence[Event]], None]) -> None:
+        self._tail.on_durable.append(callback)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the trio thread whenever another node may have committed."""
+        self._on_change.append(callback)
+
+    def observe(self, *, commit: Callable[[float], None], sync: Callable[[float], None]) -> None:
+        self.commit_observer = commit  # a commit's flush is inside it: there is no sync of its own
+
+    async def sync_now(self) -> None:
+        await self._tail.wait_handed_over(await self.read(lambda r: r.last_seq()))
+
+    async def reclaim_space(self, pages: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return 0  # autovacuum gives space back
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen for other nodes' commits and hand every event over in seq order, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._tail.serve)
+            await nursery.start(serve_listener, self.url, CHANNEL, self._changed)
+            task_status.started()
+
+    def _changed(self) -> None:
+        self._tail.wake()
+        for callback in self._on_change:
+            callback()
+
+    # in the worker thread --------------------------------------------------------------------
+    def _write_in_thread(
+        self, body: Callable[[Transaction], T], fence: Fence | None
+    ) -> tuple[list[Event], T]:
+        for attempt in range(RETRIES):
+            try:
+                return self._attempt(body, fence)
+            except RETRYABLE as exc:
+                log.info("store_transaction_retried", attempt=attempt + 1, error=type(exc).__name__)
+        raise errors.StoreBusy(f"a transaction was aborted {RETRIES} times by deadlocks")
+
+    def _attempt(self, body: Callable[[Transaction], T], fence: Fence | None) -> tuple[list[Event], T]:
+        with self._connection() as conn:
+            with conn.transaction():
+                sql = PsycopgConnection(conn)
+                tx = SqlTransaction(sql)
+                if fence is not None:
+                    # The session's lock first: a takeover (``acquire_claim``) takes it too, so it
+                    # waits for this transaction, and this one then finds the claim moved on.
+                    sql.serialize(fence[0])
+                    tx.fence(*fence)
+                result = body(tx)
+                if tx.events:
+                    sql.run("SELECT pg_notify(?, ?)", (CHANNEL, str(tx.events[-1].stored_seq)))
+                if self.before_commit is not None:
+                    self.before_commit()
+            return tx.events, result
+
+    def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
+        with self._connection() as conn:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                return query(SqlReader(PsycopgConnection(conn)))
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._pool.connection(timeout=CONNECT_SECONDS) as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise errors.StoreBusy(f"no connection of the pool within {CONNECT_SECONDS} s: {exc}") from exc
+        except RETRYABLE:
+            raise
+        except psycopg.Error as exc:
+            raise mapped(exc) from exc
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    for name, value in SESSION_SETTINGS.items():
+        conn.execute(f"SET {name} = '{value}'")
+
+
+def _migrate(url: str) -> None:
+    """Create or upgrade the schema, once however many nodes start together (an advisory lock)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtextextended('coordinator schema', 0))")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS store_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM store_version").fetchone()
+            version = 0 if row is None else int(row[0])
+            if version > len(MIGRATIONS):
+                raise errors.SchemaTooNew(
+                    f"database schema version {version} is newer than this coordinator's {len(MIGRATIONS)}"
+                )
+            for number in range(version, len(MIGRATIONS)):
+                with conn.transaction():
+                    MIGRATIONS[number](conn.execute)
+                    conn.execute("DELETE FROM store_version")
+                    conn.execute("INSERT INTO store_version(version) VALUES (%s)", (number + 1,))
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended('coordinator schema', 0))")
+
+
+@contextlib.contextmanager
+def open_postgres_store(url: str, *, pool_size: int = 8) -> Iterator[PostgresStore]:
+    """Open (creating or upgrading its schema) the PostgreSQL database at ``url``.
+
+    Args:
+        url: ``postgresql://user@host:port/dbname`` (PostgreSQL 15 or later).
+        pool_size: connections (and worker threads) this node uses at most, besides its listener.
+
+    **Raises:** ``StoreError`` when the server cannot be reached or refuses the schema.
+    """
+    try:
+        _migrate(url)
+        pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "application_name": "coordinator"},
+            configure=_configure,
+            open=False,
+            name="coordinator",
+        )
+        pool.open(wait=True, timeout=CONNECT_SECONDS)
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        raise errors.StoreError(f"cannot open the PostgreSQL store {_safe(url)}: {exc}") from exc
+    store = PostgresStore(url, pool, pool_size)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _safe(url: str) -> str:
+    """``url`` without a password, for messages and logs."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info.pop("password", None)
+    return " ".join(f"{key}={value}" for key, value in info.items())

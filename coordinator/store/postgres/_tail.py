@@ -1,0 +1,75 @@
+"""The tail of the event log: every event, this node's and other nodes', handed over in seq order.
+
+PostgreSQL makes a commit visible in seq order (the event counter's row lock is held until the
+commit), so reading ``events_after(last)`` never skips an event that a later read would find below
+``last``. Handing over from these reads, not from each commit's own list, is what gives every node
+the same sequence: two of this node's commits finishing in two threads may return in either order,
+the store's order is one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from coordinator.events import Event
+
+PAGE = 1000
+"""Events read at most at once."""
+
+LOOK_SECONDS = 1.0
+"""How often the tail looks without being woken (a notification lost with its connection)."""
+
+
+class Tail:
+    """Reads new events after the last one handed over and hands them to ``on_durable``."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.on_durable: list[Callable[[Sequence[Event]], None]] = []
+        self._handed = -1  # until ``serve`` starts: nothing is handed over by the tail
+        self._wake = trio.Event()
+        self._moved = trio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def own_commit(self, seq: int) -> None:
+        """This node committed events up to ``seq``: read them (now, if nothing else is read)."""
+        self._wake.set()
+
+    async def wait_handed_over(self, seq: int) -> None:
+        """Until every event up to ``seq`` is handed over (at once if the tail does not run)."""
+        await trio.lowlevel.checkpoint()
+        while 0 <= self._handed < seq:
+            await self._moved.wait()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._handed = await self._store.read(lambda reader: reader.last_seq())
+        task_status.started()
+        while True:
+            with trio.move_on_after(LOOK_SECONDS):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self._read_on()
+
+    async def _read_on(self) -> None:
+        while True:
+            events: list[Event] = await self._store.read(functools.partial(_page, after=self._handed))
+            if not events:
+                return
+            self._handed = events[-1].stored_seq
+            for callback in self.on_durable:
+                callback(events)
+            self._moved.set()
+            self._moved = trio.Event()
+            if len(events) < PAGE:
+                return
+
+
+def _page(reader: Any, *, after: int) -> list[Event]:
+    events: list[Event] = reader.events_after(after, limit=PAGE)
+    return events
