@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import trio
 
-from actors import permission_wait, settlement, stops, tool_services
+from actors import settlement, stops, tool_services, wait
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
@@ -124,14 +124,9 @@ async def _check_permission(
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
         if verdict.effect == "allow":
             return False
-    replied = await permission_wait.run(
-        turn,
-        handle,
-        call_id=call.call_id,
-        action=call.name,
-        resource=resource,
-        restore=restore,
-        restorable=call.parent_call_id is None,
+    asking = wait.PermissionWait(action=call.name, resource=resource, restore=restore)
+    replied = await wait.run(
+        turn, handle, asking, call_id=call.call_id, restorable=call.parent_call_id is None
     )
     # A reject without a message has just stopped the turn: let that stop arrive here, so this call
     # settles with the others (after every wait's revocation) rather than ahead of them.

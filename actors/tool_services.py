@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from actors import question_form
+from actors import wait
 from actors.context import TurnScope
 from actors.handle import ActorHandle
 from actors.settlement import preview
@@ -35,13 +35,14 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         context.progress_changed.set()
 
     async def open_form(questions: list[Question]) -> FormReply:
-        form = await question_form.run(
-            turn, handle, call_id=call.call_id, questions=questions, restorable=call.parent_call_id is None
+        asking = wait.QuestionWait(questions=questions)
+        form = await wait.run(
+            turn, handle, asking, call_id=call.call_id, restorable=call.parent_call_id is None
         )
         if form.status == "submitted":
             return FormReply(answers=dict(form.answers or {}))
-        wait = turn.runtime.store.read.form_wait_row(form.id)
-        return FormReply(answers=None, message=None if wait is None else wait.message)
+        row = turn.runtime.store.read.form_wait_row(form.id)
+        return FormReply(answers=None, message=None if row is None else row.message)
 
     async def call_nested(name: str, input: Any) -> CallResult:
         await turn.checkpoint("nested.call")
