@@ -59,10 +59,6 @@ TERM_GRACE = 1.0
 FLUSH_SECONDS = 5.0
 """Seconds a stop may spend writing the log lines read but not yet written."""
 
-# Tools a script may not call: a nested execute would nest processes without bound; a sub-agent must
-# resume after a restart inside its call, and a script (so its nested calls) cannot be restored.
-NOT_NESTABLE = frozenset({"execute", "task"})
-
 # Variables the runner inherits; nothing else of this process's environment reaches a script.
 INHERITED_ENVIRONMENT = ("PATH", "LANG", "LC_ALL")
 
@@ -259,15 +255,13 @@ class Script:
         name, input = request.get("name"), request.get("input")
         assert self.ctx.call_nested is not None
         ok, output, error = False, None, None
-        if name in NOT_NESTABLE:
-            error = ToolError(type="error", message=f"{name} cannot be called from a script")
+        try:
+            # A tool a script may not call is refused by ``call_nested`` (its ``nestable`` capability).
+            result = await self.ctx.call_nested(str(name or ""), input)
+        except ToolFailure as failure:
+            error = ToolError(type="error", message=failure.message)
         else:
-            try:
-                result = await self.ctx.call_nested(str(name or ""), input)
-            except ToolFailure as failure:
-                error = ToolError(type="error", message=failure.message)
-            else:
-                ok, output, error = result.status == "succeeded", result.output, result.error
+            ok, output, error = result.status == "succeeded", result.output, result.error
         await self._send(
             ResultMessage(type="result", id=request.get("id"), ok=ok, output=output, error=error)
         )

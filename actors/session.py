@@ -263,7 +263,7 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
             tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
             # What the previous process left running settles as a live stop would settle it, in the
             # same order (settlement.sweep); what a start can continue is kept and restored below.
-            recovered = settlement.recover(tx, scope.session_id, scope.turn_id)
+            recovered = settlement.recover(tx, scope.session_id, scope.turn_id, tools=scope.runtime.tools)
             note_id = new_id("msg")
             tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
             tx.add_text_part(note_id, RESTART_NOTE)
@@ -297,7 +297,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
             for step_id, text in scope.runtime.step_texts.items()
             if text.turn_id == scope.turn_id
         }
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts, tools=scope.runtime.tools)
         settlement.end_turn(tx, scope.session_id, scope.turn_id, reason)
         log.info("turn_stopped", reason=reason.type)
     return reason

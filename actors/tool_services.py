@@ -16,12 +16,18 @@ from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
 from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import now_rfc3339
-from coordinator.tools.base import CallResult, FormReply, ToolContext
+from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
 from coordinator.tools.process import ProcessGroup
 
 
-def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
-    """The context the tool of ``call`` runs with; its state is read back for the partial result."""
+def build_context(
+    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, capabilities: Capabilities
+) -> ToolContext:
+    """The context the tool of ``call`` runs with; its state is read back for the partial result.
+
+    It offers the services the tool's ``capabilities`` call for: nested calls and log lines to a tool
+    that ``runs_nested_calls``, a sub-agent's turn to one that ``runs_sub_agent``; forms to any.
+    """
     context = ToolContext(
         session_id=turn.session_id,
         call_id=call.call_id,
@@ -45,6 +51,8 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
         return FormReply(answers=None, message=None if row is None else row.message)
 
     async def call_nested(name: str, input: Any) -> CallResult:
+        if not capabilities_of(turn.runtime.tools, name).nestable:
+            raise ToolFailure(type="error", message=f"{name} cannot be called from a script")
         await turn.checkpoint("nested.call")
         nested = await _start_nested(turn, call, f"{call.call_id}.{next(numbers)}", name, input)
         from actors import tool_call  # a nested call is a tool-call actor under this one
@@ -76,9 +84,10 @@ def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> To
 
     context.report_progress = report_progress
     context.open_form = open_form
-    context.run_task = run_task
     context.record_process_group = record_process_group
-    if call.name == "execute":
+    if capabilities.runs_sub_agent:
+        context.run_task = run_task
+    if capabilities.runs_nested_calls:
         context.call_nested = call_nested
         context.write_log = write_log
     return context

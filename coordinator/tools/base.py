@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -98,6 +98,26 @@ ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
 
 
 @attrs.frozen(kw_only=True)
+class Capabilities:
+    """What the actors do differently for a tool's calls, declared by the tool instead of read off its
+    name (``design/actors.md``, "Tool capabilities"). The defaults are a plain tool's, and an unknown
+    tool's: it has none.
+    """
+
+    # A stopped (or failed) call always reports a partial result, even an empty one (execute).
+    keeps_partial_result: bool = False
+    # Its calls run a script whose nested tool calls are tool-call actors of their own (execute).
+    runs_nested_calls: bool = False
+    # It may be called from a script (execute's nested calls).
+    nestable: bool = True
+    # Its call runs a sub-agent's turn (task).
+    runs_sub_agent: bool = False
+
+
+PLAIN = Capabilities()
+
+
+@attrs.frozen(kw_only=True)
 class Tool:
     """A tool: its spec for the model, how to name its resource for permission rules, and its body.
 
@@ -111,10 +131,18 @@ class Tool:
     deadline_scope: Literal["tool", "execute"] | None = "tool"
     # A user's plugin: under the chaos campaign, its awaits and declared checkpoints are checkpoints.
     observed: bool = False
+    capabilities: Capabilities = PLAIN
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+def capabilities_of(tools: Mapping[str, Tool], name: str) -> Capabilities:
+    """The capabilities of the tool called ``name`` in ``tools`` (a runtime's tool table), for code
+    that has only a stored call: an unknown tool has none (``PLAIN``)."""
+    tool = tools.get(name)
+    return PLAIN if tool is None else tool.capabilities
 
 
 def any_resource(input: dict[str, Any]) -> str:

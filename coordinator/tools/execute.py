@@ -23,7 +23,7 @@ import attrs
 from coordinator.errors import ToolFailure
 from coordinator.models.base import ToolSpec
 from coordinator.records import NestedCall
-from coordinator.tools.base import Tool, ToolContext, any_resource
+from coordinator.tools.base import Capabilities, Tool, ToolContext, any_resource
 
 MAX_LOG_LINES = 1000
 MAX_LOG_BYTES = 64 * 1024
@@ -180,4 +180,6 @@ def execute_tool() -> Tool:
         resource=any_resource,
         run=run,
         deadline_scope="execute",
+        # Not nestable: a nested execute would nest processes without bound.
+        capabilities=Capabilities(keeps_partial_result=True, runs_nested_calls=True, nestable=False),
     )
