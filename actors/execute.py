@@ -5,8 +5,10 @@ environment, its own process group, the session's working directory). The two ta
 socket pair whose far end is passed to the runner as an extra file descriptor; the script's own stdout
 and stderr are a separate pipe. ``design/execute.md`` describes the protocol.
 
-Everything the script did is kept through the tool context as it happens: each log line through
-``write_log`` and each settled nested call through ``call_nested``, so a stop loses none of it.
+It runs as the ``run_script`` of the context of a tool that ``runs_nested_calls`` (built by
+``actors/tool_services.py``). Everything the script did is kept through the tool context as it
+happens: each log line through ``write_log`` and each settled nested call through ``call_nested``, so
+a stop loses none of it.
 
 Limits (the output limits are in ``coordinator.tools.execute``, with the tool's description):
 

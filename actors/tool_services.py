@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
 import trio
 
-from actors import wait
+from actors import execute, wait
 from actors.context import TurnScope
 from actors.handle import ActorHandle
 from actors.settlement import preview
@@ -25,8 +26,9 @@ def build_context(
 ) -> ToolContext:
     """The context the tool of ``call`` runs with; its state is read back for the partial result.
 
-    It offers the services the tool's ``capabilities`` call for: nested calls and log lines to a tool
-    that ``runs_nested_calls``, a sub-agent's turn to one that ``runs_sub_agent``; forms to any.
+    It offers the services the tool's ``capabilities`` call for: a script's run (``actors.execute``),
+    its nested calls and its log lines to a tool that ``runs_nested_calls``, a sub-agent's turn to one
+    that ``runs_sub_agent``; forms to any.
     """
     context = ToolContext(
         session_id=turn.session_id,
@@ -90,6 +92,7 @@ def build_context(
     if capabilities.runs_nested_calls:
         context.call_nested = call_nested
         context.write_log = write_log
+        context.run_script = functools.partial(execute.run, context)
     return context
 
 

@@ -56,6 +56,16 @@ class TaskRunner(Protocol):
     async def __call__(self, prompt: str, title: str, session_id: str | None) -> dict[str, Any]: ...
 
 
+class ScriptRunner(Protocol):
+    """Runs a script in its own process, serving its nested calls, until it returns (``execute``).
+
+    Returns the call's result ``{result, logs, calls}``. **Raises:** ``ToolFailure`` when the script
+    cannot start, fails, or breaks the runner's protocol.
+    """
+
+    async def __call__(self, code: str) -> dict[str, Any]: ...
+
+
 class LogWriter(Protocol):
     """Appends a line to the caller's ``logs`` and publishes it as ``session.tool.progress``."""
 
@@ -80,6 +90,7 @@ class ToolContext:
     write_log: LogWriter | None = None
     open_form: FormOpener | None = None
     run_task: TaskRunner | None = None
+    run_script: ScriptRunner | None = None
     # Records a process group the tool started, durably, so that a later start can kill it if this
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None
