@@ -14,7 +14,7 @@ import structlog
 
 from actors import stops, wait
 from actors.context import Runtime
-from coordinator import errors, events, permissions
+from coordinator import errors, events, permissions, wire
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
@@ -186,7 +186,7 @@ def _pending_request(tx: SqliteTx, session_id: str, request_id: str) -> Permissi
         raise errors.PermissionAlreadySettled(
             message=f"permission request {request_id!r} is already {request.status}",
             request_id=request_id,
-            settlement=request.settlement(),
+            settlement=wire.unstructure(request.settlement()),
         )
     return request
 
@@ -253,7 +253,7 @@ def _pending_form(tx: SqliteTx, session_id: str, form_id: str) -> Form:
         raise errors.FormAlreadySettled(
             message=f"form {form_id!r} is already {form.status}",
             form_id=form_id,
-            settlement=form.settlement(),
+            settlement=wire.unstructure(form.settlement()),
         )
     return form
 
