@@ -22,7 +22,7 @@ import structlog
 import trio
 
 from actors import settlement, step, stops, tool_call
-from actors.context import SETTLE_SECONDS, Runtime, TurnScope
+from actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events
 from coordinator.errors import Fenced, StoreError
@@ -56,14 +56,6 @@ class SessionHandle:
         self.shutting_down = True
         if self.turn is not None:
             stops.shut_down(self.turn)
-
-
-@attrs.frozen
-class Takeover:
-    """How a turn found unfinished at start is taken over, decided by the coordinator's recovery."""
-
-    previous_owner: str | None
-    after: str  # "shutdown" | "crash"
 
 
 async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Takeover]) -> None:
@@ -109,7 +101,8 @@ async def _run_turn(
 async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:
     """Run a begun turn (its claim taken, its start published) to its one settlement.
 
-    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py).
+    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py,
+    through ``Runtime.run_turn``).
 
     **Cancellation:** stop it through ``scope.handle``; the settlement is shielded and bounded.
     """

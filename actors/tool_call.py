@@ -56,7 +56,8 @@ async def run(
     # that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
     capabilities = capabilities_of(turn.runtime.tools, call.name)
-    context = tool_services.build_context(turn, running, call, capabilities)
+    # A nested call of execute is a tool-call actor under this one.
+    context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
         handle.scope,
