@@ -52,11 +52,10 @@ async def run(
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
     """
     handle = parent.child("tool_call", call.call_id)
-    # The tool's own run, under its deadline: nested calls of execute are its children, so a deadline
-    # that cuts them off reaches them with its reason.
+    # The tool's own run, under its deadline: nested calls of execute are its children (tool-call
+    # actors, run by this very function), so a deadline that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
     capabilities = capabilities_of(turn.runtime.tools, call.name)
-    # A nested call of execute is a tool-call actor under this one.
     context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
@@ -74,14 +73,9 @@ async def run(
             stopped_for = handle.effective_reason()
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
             # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
+            partial = _partial(context, capabilities, failure.partial)
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_failed(
-                    turn,
-                    call,
-                    error,
-                    _partial(context, capabilities, failure.partial),
-                    stopped_for=stopped_for,
-                )
+                await _settle_failed(turn, call, error, partial, stopped_for=stopped_for)
             turn.forget_unopened_wait(call.call_id)
             # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
             # stop's, on the span as in the wait and step spans around it.
