@@ -19,6 +19,7 @@ from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.history import Conversations
 from coordinator.store import SqliteStore, Transaction
+from coordinator.store.rows import TurnRow
 from coordinator.tools.base import Tool
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
@@ -78,6 +79,22 @@ class Waits:
 _WAIT_KINDS = {"per": "permission", "frm": "question"}
 
 
+@attrs.frozen
+class Takeover:
+    """How a turn found unfinished at start is taken over, decided by the coordinator's recovery."""
+
+    previous_owner: str | None
+    after: str  # "shutdown" | "crash"
+
+
+class TurnRunner(Protocol):
+    """Runs a begun turn (its claim taken, its start published) to its one settlement."""
+
+    async def __call__(
+        self, runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None
+    ) -> None: ...
+
+
 class StreamedText(Protocol):
     """What a step's streamed text (``actors/step_text.py``) offers whoever settles its step."""
 
@@ -116,6 +133,9 @@ class Runtime:
     # Starts a session's actor unless it runs (the registry's ``ensure_running``): a sub-agent's task
     # turn wakes its session as it ends, for a prompt a client queued there meanwhile.
     wake: Callable[[str], None] | None = None
+    # Runs a sub-agent's turn inside its task call (``actors/session.py::run_turn``, given by whoever
+    # builds the runtime: the turn runs the very tool calls that need it). None: no sub-agents here.
+    run_turn: TurnRunner | None = None
 
 
 @attrs.define(kw_only=True, eq=False)

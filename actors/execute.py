@@ -5,8 +5,10 @@ environment, its own process group, the session's working directory). The two ta
 socket pair whose far end is passed to the runner as an extra file descriptor; the script's own stdout
 and stderr are a separate pipe. ``design/execute.md`` describes the protocol.
 
-Everything the script did is kept through the tool context as it happens: each log line through
-``write_log`` and each settled nested call through ``call_nested``, so a stop loses none of it.
+It runs as the ``run_script`` of the context of a tool that ``runs_nested_calls`` (built by
+``actors/tool_services.py``). Everything the script did is kept through the tool context as it
+happens: each log line through ``write_log`` and each settled nested call through ``call_nested``, so
+a stop loses none of it.
 
 Limits (the output limits are in ``coordinator.tools.execute``, with the tool's description):
 
@@ -58,10 +60,6 @@ TERM_GRACE = 1.0
 
 FLUSH_SECONDS = 5.0
 """Seconds a stop may spend writing the log lines read but not yet written."""
-
-# Tools a script may not call: a nested execute would nest processes without bound; a sub-agent must
-# resume after a restart inside its call, and a script (so its nested calls) cannot be restored.
-NOT_NESTABLE = frozenset({"execute", "task"})
 
 # Variables the runner inherits; nothing else of this process's environment reaches a script.
 INHERITED_ENVIRONMENT = ("PATH", "LANG", "LC_ALL")
@@ -259,15 +257,13 @@ class Script:
         name, input = request.get("name"), request.get("input")
         assert self.ctx.call_nested is not None
         ok, output, error = False, None, None
-        if name in NOT_NESTABLE:
-            error = ToolError(type="error", message=f"{name} cannot be called from a script")
+        try:
+            # A tool a script may not call is refused by ``call_nested`` (its ``nestable`` capability).
+            result = await self.ctx.call_nested(str(name or ""), input)
+        except ToolFailure as failure:
+            error = ToolError(type="error", message=failure.message)
         else:
-            try:
-                result = await self.ctx.call_nested(str(name or ""), input)
-            except ToolFailure as failure:
-                error = ToolError(type="error", message=failure.message)
-            else:
-                ok, output, error = result.status == "succeeded", result.output, result.error
+            ok, output, error = result.status == "succeeded", result.output, result.error
         await self._send(
             ResultMessage(type="result", id=request.get("id"), ok=ok, output=output, error=error)
         )

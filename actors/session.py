@@ -22,7 +22,7 @@ import structlog
 import trio
 
 from actors import settlement, step, stops, tool_call
-from actors.context import SETTLE_SECONDS, Runtime, TurnScope
+from actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
 from actors.handle import ActorHandle
 from coordinator import events
 from coordinator.clock import now_rfc3339
@@ -57,14 +57,6 @@ class SessionHandle:
         self.shutting_down = True
         if self.turn is not None:
             stops.shut_down(self.turn)
-
-
-@attrs.frozen
-class Takeover:
-    """How a turn found unfinished at start is taken over, decided by the coordinator's recovery."""
-
-    previous_owner: str | None
-    after: str  # "shutdown" | "crash"
 
 
 async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Takeover]) -> None:
@@ -110,7 +102,8 @@ async def _run_turn(
 async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:
     """Run a begun turn (its claim taken, its start published) to its one settlement.
 
-    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py).
+    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py,
+    through ``Runtime.run_turn``).
 
     **Cancellation:** stop it through ``scope.handle``; the settlement is shielded and bounded.
     """
@@ -264,7 +257,7 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
             tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
             # What the previous process left running settles as a live stop would settle it, in the
             # same order (settlement.sweep); what a start can continue is kept and restored below.
-            recovered = settlement.recover(tx, scope.session_id, scope.turn_id)
+            recovered = settlement.recover(tx, scope.session_id, scope.turn_id, tools=scope.runtime.tools)
             note_id = new_id("msg")
             tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
             tx.add_text_part(note_id, RESTART_NOTE)
@@ -298,7 +291,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
             for step_id, text in scope.runtime.step_texts.items()
             if text.turn_id == scope.turn_id
         }
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts)
+        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts, tools=scope.runtime.tools)
         settlement.end_turn(tx, scope.session_id, scope.turn_id, reason)
         log.info("turn_stopped", reason=reason.type)
     return reason

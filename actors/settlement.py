@@ -3,10 +3,14 @@
 These functions run inside one store transaction (their ``tx``) and never await, so a settlement is
 atomic. They keep the order the contract gives, by construction: a call settles only after its own
 waits are revoked and its nested calls are settled.
+
+They have only the stored calls: what a call's tool can do (its ``Capabilities``) is looked up by the
+call's name in ``tools``, the runtime's tool table.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +24,7 @@ from coordinator.reasons import Failure, ParentLink, StopReason, from_parent
 from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
+from coordinator.tools.base import Tool, capabilities_of
 from coordinator.tools.process import ProcessGroup
 
 log = structlog.get_logger()
@@ -27,6 +32,10 @@ log = structlog.get_logger()
 # A finished nested call's output in a partial result and in progress events is a preview of at most
 # this many characters (of its JSON); the full output stays in the store, on the nested call's row.
 PREVIEW_CHARS = 2000
+
+# The tool table of a settlement told no runtime's (a test's, whose runtime has no tools either): every
+# call's tool is unknown, so it has no capabilities.
+NO_TOOLS: Mapping[str, Tool] = types.MappingProxyType({})
 
 
 def preview(output: Any) -> Any:
@@ -101,6 +110,7 @@ def settle_call(
     tx: Transaction,
     call: ToolCallRow,
     *,
+    tools: Mapping[str, Tool],
     output: Any = None,
     error: ToolError | None = None,
     partial: Partial | None = None,
@@ -115,9 +125,9 @@ def settle_call(
     Returns False when the call was settled already.
     """
     leftover = stopped_for or Failure.left_over(call.call_id)
-    settle_sub_agent_turn(tx, call, stopped_for)
+    settle_sub_agent_turn(tx, call, stopped_for, tools=tools)
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
-    fail_calls(tx, [c for c in children if c.status == "running"], leftover)
+    fail_calls(tx, [c for c in children if c.status == "running"], leftover, tools=tools)
     revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
     if not tx.settle_tool_call(call.session_id, call.call_id, output=output, error=error, partial=partial):
         return False
@@ -129,7 +139,12 @@ def settle_call(
 
 
 def fail_calls(
-    tx: Transaction, calls: list[ToolCallRow], reason: StopReason, error: ToolError | None = None
+    tx: Transaction,
+    calls: list[ToolCallRow],
+    reason: StopReason,
+    error: ToolError | None = None,
+    *,
+    tools: Mapping[str, Tool],
 ) -> None:
     """Fail calls their actors could not settle, with what the store knows each had done.
 
@@ -137,16 +152,19 @@ def fail_calls(
     that had finished before the stop, not those this very stop cuts off. ``error`` overrides the one
     ``reason`` implies (a restart fails calls as ``interrupted``).
     """
-    partials = {call.call_id: stored_partial(tx, call) for call in calls}
+    partials = {call.call_id: stored_partial(tx, call, tools) for call in calls}
     for call in children_first(calls):
         kill_left_process_group(tx, call)
         revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
         failure = error or ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
-        settle_call(tx, call, error=failure, partial=partials[call.call_id], stopped_for=reason)
+        settle_call(tx, call, tools=tools, error=failure, partial=partials[call.call_id], stopped_for=reason)
 
 
-def stored_partial(tx: Transaction, call: ToolCallRow) -> Partial | None:
-    """The partial result as the store has it: finished nested calls, logged lines, last progress."""
+def stored_partial(tx: Transaction, call: ToolCallRow, tools: Mapping[str, Tool]) -> Partial | None:
+    """The partial result as the store has it: finished nested calls, logged lines, last progress.
+
+    None when the call had done nothing, unless its tool ``keeps_partial_result``.
+    """
     children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
     finished = [
         NestedCall(
@@ -160,7 +178,8 @@ def stored_partial(tx: Transaction, call: ToolCallRow) -> Partial | None:
         if c.status in ("succeeded", "failed")
     ]
     logs = tx.logged_lines(call.session_id, call.call_id)
-    if not finished and not logs and call.progress is None and call.name != "execute":
+    done_nothing = not finished and not logs and call.progress is None
+    if done_nothing and not capabilities_of(tools, call.name).keeps_partial_result:
         return None
     return Partial(logs=logs, calls=finished, progress=call.progress)
 
@@ -185,7 +204,9 @@ def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:
     return sorted(calls, key=lambda c: -depth[c.call_id])
 
 
-def settle_sub_agent_turn(tx: Transaction, call: ToolCallRow, stopped_for: StopReason | None) -> None:
+def settle_sub_agent_turn(
+    tx: Transaction, call: ToolCallRow, stopped_for: StopReason | None, *, tools: Mapping[str, Tool]
+) -> None:
     """Settle the sub-agent turn a task call left unsettled, before the call itself: the turn's own
     stop if one was committed, else the stop of the call's turn with ``parent`` naming the call, else
     (the call failed on its own: the sub-agent's settlement could not be written) a failure of its own.
@@ -201,7 +222,7 @@ def settle_sub_agent_turn(tx: Transaction, call: ToolCallRow, stopped_for: StopR
     if own is None and stopped_for is None:
         own = Failure.sub_agent_orphaned(call.call_id)
     sub_reason = own or from_parent(stopped_for, link)  # type: ignore[arg-type]
-    sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason)
+    sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason, tools=tools)
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
 
 
@@ -235,6 +256,7 @@ def fail_step(
     partial_text: str = "",
     *,
     keep: Keep | None = None,
+    tools: Mapping[str, Tool],
 ) -> None:
     """Fail a step after every call it started that is still unsettled (calls it never got to start
     an actor for, calls whose own settlement could not be written): children before parents.
@@ -245,7 +267,7 @@ def fail_step(
     """
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
     kept = keep or _kept_for(tx, reason)
-    fail_calls(tx, [c for c in calls if not kept(c)], reason)
+    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)
     keep_partial_text(tx, session_id, turn_id, partial_text, reason)
     tx.settle_step(step_id, "failed", reason)
     tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
@@ -276,6 +298,7 @@ def sweep(
     *,
     keep: Keep | None = None,
     error: ToolError | None = None,
+    tools: Mapping[str, Tool] = NO_TOOLS,
 ) -> None:
     """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents:
     every pending wait revoked, then every call failed (nested calls first), then every step.
@@ -286,7 +309,7 @@ def sweep(
     what a dead process left running in a turn that resumes (``recover``). ``keep`` says which calls
     it leaves for a restore (default: what a shutdown keeps, ``kept_for_restore``); ``error``
     overrides the tool error the reason implies. ``partial_texts`` holds, by step id, the streamed
-    text of steps whose own failure could not be written.
+    text of steps whose own failure could not be written. ``tools``: the runtime's tool table.
     """
     kept = keep or _kept_for(tx, reason)
     running = [c for c in children_first(tx.tool_calls_of_turn(turn_id)) if c.status == "running"]
@@ -297,11 +320,11 @@ def sweep(
     for form in tx.pending_forms(turn_id=turn_id):
         if form.call_id not in kept_ids and tx.settle_form(form.id, "revoked", reason=reason):
             tx.emit(events.form_revoked(form, reason))
-    fail_calls(tx, [call for call in running if call.call_id not in kept_ids], reason, error)
+    fail_calls(tx, [call for call in running if call.call_id not in kept_ids], reason, error, tools=tools)
     for step_id in tx.running_steps(turn_id):
         # From this process's memory, else what a dead one saved (a stop settled at the next start).
         text = (partial_texts or {}).get(step_id) or tx.streamed_text(step_id)
-        fail_step(tx, session_id, turn_id, step_id, reason, text, keep=kept)
+        fail_step(tx, session_id, turn_id, step_id, reason, text, keep=kept, tools=tools)
 
 
 @attrs.frozen
@@ -319,7 +342,9 @@ class Recovered:
 RESTART_ERROR = ToolError(type="interrupted", message="the server restarted while this tool call was running")
 
 
-def recover(tx: Transaction, session_id: str, turn_id: str) -> Recovered:
+def recover(
+    tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[str, Tool] = NO_TOOLS
+) -> Recovered:
     """Settle what a previous process left running in a turn that resumes (after a shutdown or a
     crash), through ``sweep``, exactly as a live stop settles: a restart fails it (``interrupted``).
     Keeps and returns the calls a start can continue: those ``restorable``, and task calls whose
@@ -334,5 +359,8 @@ def recover(tx: Transaction, session_id: str, turn_id: str) -> Recovered:
         elif call.parent_call_id is None and runs_a_sub_agent(tx, call):
             recovered.sub_agents.append(call)
     kept = {c.call_id for c, _ in recovered.restorable} | {c.call_id for c in recovered.sub_agents}
-    sweep(tx, session_id, turn_id, Failure.restarted(), keep=lambda c: c.call_id in kept, error=RESTART_ERROR)
+    restart = Failure.restarted()
+    sweep(
+        tx, session_id, turn_id, restart, keep=lambda c: c.call_id in kept, error=RESTART_ERROR, tools=tools
+    )
     return recovered

@@ -226,6 +226,8 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     await turn.checkpoint("settle.step")
     async with turn.write() as tx:
         reason = stops.settle_reason(tx, turn.turn_id, reason) or reason
-        settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded())
+        settlement.fail_step(
+            tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded(), tools=turn.runtime.tools
+        )
     _recorded(turn, step_id, text)
     return reason

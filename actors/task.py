@@ -3,7 +3,7 @@
 The sub-agent is an ordinary session (its own claim, events, history and waits) whose ``parent``
 names the call. Its turn is begun in the parent's fenced transaction that creates it (or, with
 ``session_id``, prompts an existing sub-agent of the parent), and is run by ``session.run_turn``
-right here, inside the call's scope, so it never outlives the call:
+(``Runtime.run_turn``) right here, inside the call's scope, so it never outlives the call:
 
 - **downward**: when the parent's turn stops, the sub-agent's turn is stopped with the same reason
   and ``parent`` on it, and settles (its waits revoked, its calls failed, its processes killed, or
@@ -24,10 +24,9 @@ from typing import Any
 import structlog
 import trio
 
-from actors import session, stops
-from actors.context import Runtime, TurnScope
+from actors import stops
+from actors.context import Runtime, Takeover, TurnRunner, TurnScope
 from actors.handle import ActorHandle
-from actors.session import Takeover
 from coordinator import events
 from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
@@ -49,10 +48,12 @@ async def run(
     title: str,
     session_id: str | None,
     started: Callable[[str], None],
+    run_turn: TurnRunner,
 ) -> dict[str, Any]:
     """Run the sub-agent's turn for ``call`` to its settlement and return the call's result.
 
-    ``started`` is told the sub-agent's session id as soon as its turn is begun (or found).
+    ``started`` is told the sub-agent's session id as soon as its turn is begun (or found);
+    ``run_turn`` runs the turn (``session.run_turn``, which the sub-agent's tool calls run under).
 
     **Cancellation:** a stop of the parent's turn stops the sub-agent's with the same reason and
     ``parent``; this returns (raising ``Cancelled``) only once that turn settled, shielded.
@@ -67,12 +68,12 @@ async def run(
     if sub_turn is None:
         scope, sub_turn = await _begin(turn, link, prompt, title, session_id)
         started(sub_turn.session_id)
-        await _run_inside(runtime, running, link, scope, sub_turn, None)
+        await _run_inside(run_turn, running, link, scope, sub_turn, None)
     else:
         started(sub_turn.session_id)
         if sub_turn.status != "settled":
             scope, sub_turn, takeover = await _take_over(runtime, sub_turn)
-            await _run_inside(runtime, running, link, scope, sub_turn, takeover)
+            await _run_inside(run_turn, running, link, scope, sub_turn, takeover)
     if runtime.wake is not None:
         runtime.wake(sub_turn.session_id)  # a prompt a client queued meanwhile in the sub-agent's session
     return await _result(turn, call, sub_turn.id)
@@ -162,7 +163,7 @@ def _scope(runtime: Runtime, row: TurnRow, epoch: int) -> TurnScope:
 
 
 async def _run_inside(
-    runtime: Runtime,
+    run_turn: TurnRunner,
     running: ActorHandle,
     link: ParentLink,
     scope: TurnScope,
@@ -188,7 +189,7 @@ async def _run_inside(
         nursery.start_soon(forward_stop)
         try:
             with trio.CancelScope(shield=True):
-                await session.run_turn(runtime, scope, row, takeover)
+                await run_turn(scope.runtime, scope, row, takeover)
         except StoreError as exc:
             # The sub-agent's settlement could not be written: the store keeps its turn as it was, and
             # the call's own settlement settles it (settlement.settle_sub_agent_turn).

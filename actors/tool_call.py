@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import trio
 
-from actors import permission_wait, settlement, stops, tool_services
+from actors import settlement, stops, tool_services, wait
 from actors.context import SETTLE_SECONDS, TurnScope
 from actors.handle import ActorHandle
 from coordinator import permissions
@@ -29,7 +29,7 @@ from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
 from coordinator.store.rows import ToolCallRow
-from coordinator.tools.base import CallResult, Tool, ToolContext
+from coordinator.tools.base import CallResult, Capabilities, Tool, ToolContext, capabilities_of
 
 log = structlog.get_logger()
 
@@ -52,10 +52,11 @@ async def run(
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
     """
     handle = parent.child("tool_call", call.call_id)
-    # The tool's own run, under its deadline: nested calls of execute are its children, so a deadline
-    # that cuts them off reaches them with its reason.
+    # The tool's own run, under its deadline: nested calls of execute are its children (tool-call
+    # actors, run by this very function), so a deadline that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
-    context = tool_services.build_context(turn, running, call)
+    capabilities = capabilities_of(turn.runtime.tools, call.name)
+    context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
         handle.scope,
@@ -72,10 +73,9 @@ async def run(
             stopped_for = handle.effective_reason()
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
             # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
+            partial = _partial(context, capabilities, failure.partial)
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_failed(
-                    turn, call, error, _partial(context, failure.partial), stopped_for=stopped_for
-                )
+                await _settle_failed(turn, call, error, partial, stopped_for=stopped_for)
             turn.forget_unopened_wait(call.call_id)
             # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
             # stop's, on the span as in the wait and step spans around it.
@@ -83,7 +83,7 @@ async def run(
             return CallResult(call_id=call.call_id, status="failed", error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_stopped(turn, handle, call, context)
+                await _settle_stopped(turn, handle, call, context, capabilities)
             raise
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output)
@@ -124,14 +124,9 @@ async def _check_permission(
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
         if verdict.effect == "allow":
             return False
-    replied = await permission_wait.run(
-        turn,
-        handle,
-        call_id=call.call_id,
-        action=call.name,
-        resource=resource,
-        restore=restore,
-        restorable=call.parent_call_id is None,
+    asking = wait.PermissionWait(action=call.name, resource=resource, restore=restore)
+    replied = await wait.run(
+        turn, handle, asking, call_id=call.call_id, restorable=call.parent_call_id is None
     )
     # A reject without a message has just stopped the turn: let that stop arrive here, so this call
     # settles with the others (after every wait's revocation) rather than ahead of them.
@@ -220,21 +215,21 @@ async def _run_publishing_progress(
     return output
 
 
-def _partial(context: ToolContext, reported: Any = None) -> Partial | None:
-    """What the call had done: logs and finished nested calls (execute), and its latest progress."""
+def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = None) -> Partial | None:
+    """What the call had done: logs and finished nested calls (execute), and its latest progress.
+
+    None when it had done nothing, unless its tool ``keeps_partial_result``.
+    """
     progress = reported if reported is not None else context.latest_progress
-    if progress is None and not context.logs and not context.calls and call_kind(context) != "execute":
+    done_nothing = progress is None and not context.logs and not context.calls
+    if done_nothing and not capabilities.keeps_partial_result:
         return None
     return Partial(logs=list(context.logs), calls=list(context.calls), progress=progress)
 
 
-def call_kind(context: ToolContext) -> str:
-    return "execute" if context.call_nested is not None and context.write_log is not None else "tool"
-
-
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
     async with turn.write() as tx:
-        settlement.settle_call(tx, call, output=output)
+        settlement.settle_call(tx, call, tools=turn.runtime.tools, output=output)
 
 
 async def _settle_failed(
@@ -245,11 +240,13 @@ async def _settle_failed(
     stopped_for: StopReason | None = None,
 ) -> None:
     async with turn.write() as tx:
-        settlement.settle_call(tx, call, error=error, partial=partial, stopped_for=stopped_for)
+        settlement.settle_call(
+            tx, call, tools=turn.runtime.tools, error=error, partial=partial, stopped_for=stopped_for
+        )
 
 
 async def _settle_stopped(
-    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext
+    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext, capabilities: Capabilities
 ) -> None:
     reason = handle.reason_or_failure()
     if call.call_id in turn.unopened_waits:
@@ -265,4 +262,4 @@ async def _settle_stopped(
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return
     error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
-    await _settle_failed(turn, call, error, _partial(context), stopped_for=reason)
+    await _settle_failed(turn, call, error, _partial(context, capabilities), stopped_for=reason)

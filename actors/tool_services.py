@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
+import attrs
 import trio
 
-from actors import question_form
-from actors.context import TurnScope
+from actors import execute, task, wait
+from actors.context import TurnRunner, TurnScope
 from actors.handle import ActorHandle
 from actors.settlement import preview
 from coordinator import events, wire
@@ -16,71 +19,111 @@ from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
 from coordinator.store.rows import ToolCallRow
-from coordinator.tools.base import CallResult, FormReply, ToolContext
+from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
 from coordinator.tools.process import ProcessGroup
 
 
-def build_context(turn: TurnScope, handle: ActorHandle, call: ToolCallRow) -> ToolContext:
-    """The context the tool of ``call`` runs with; its state is read back for the partial result."""
+class CallRunner(Protocol):
+    """Runs a stored call as a tool-call actor under ``parent`` to its settlement (``tool_call.run``)."""
+
+    async def __call__(self, turn: TurnScope, parent: ActorHandle, call: ToolCallRow) -> CallResult: ...
+
+
+def build_context(
+    turn: TurnScope,
+    handle: ActorHandle,
+    call: ToolCallRow,
+    capabilities: Capabilities,
+    run_nested: CallRunner,
+) -> ToolContext:
+    """The context the tool of ``call`` runs with; its state is read back for the partial result.
+
+    It offers the services the tool's ``capabilities`` call for: a script's run (``actors.execute``),
+    its nested calls (each run by ``run_nested``: a tool-call actor under this one) and its log lines
+    to a tool that ``runs_nested_calls``; a sub-agent's turn to one that ``runs_sub_agent`` (where the
+    runtime runs sub-agents); forms and progress to any.
+    """
     context = ToolContext(
         session_id=turn.session_id,
         call_id=call.call_id,
         workdir=turn.runtime.workdir,
         report_progress=lambda detail: None,
     )
-    numbers = itertools.count(1)
+    services = _Services(turn=turn, handle=handle, call=call, context=context, run_nested=run_nested)
+    context.report_progress = services.report_progress
+    context.open_form = services.open_form
+    context.record_process_group = services.record_process_group
+    if capabilities.runs_sub_agent and turn.runtime.run_turn is not None:
+        context.run_task = functools.partial(services.run_task, turn.runtime.run_turn)
+    if capabilities.runs_nested_calls:
+        context.call_nested = services.call_nested
+        context.write_log = services.write_log
+        context.run_script = functools.partial(execute.run, context)
+    return context
 
-    def report_progress(detail: Any) -> None:
-        context.latest_progress = detail
-        context.progress_changed.set()
 
-    async def open_form(questions: list[Question]) -> FormReply:
-        form = await question_form.run(
-            turn, handle, call_id=call.call_id, questions=questions, restorable=call.parent_call_id is None
-        )
+@attrs.define(kw_only=True, eq=False)
+class _Services:
+    """The services of one call's tool context, bound to the call; owned by its tool-call actor."""
+
+    turn: TurnScope
+    handle: ActorHandle
+    call: ToolCallRow
+    context: ToolContext
+    run_nested: CallRunner
+    numbers: Iterator[int] = attrs.Factory(lambda: itertools.count(1))
+
+    def report_progress(self, detail: Any) -> None:
+        self.context.latest_progress = detail
+        self.context.progress_changed.set()
+
+    async def open_form(self, questions: list[Question]) -> FormReply:
+        turn, call = self.turn, self.call
+        asking = wait.QuestionWait(questions=questions)
+        restorable = call.parent_call_id is None
+        form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
         if form.status == "submitted":
             return FormReply(answers=dict(form.answers or {}))
-        wait = turn.runtime.store.read.form_wait_row(form.id)
-        return FormReply(answers=None, message=None if wait is None else wait.message)
+        row = turn.runtime.store.read.form_wait_row(form.id)
+        return FormReply(answers=None, message=None if row is None else row.message)
 
-    async def call_nested(name: str, input: Any) -> CallResult:
+    async def call_nested(self, name: str, input: Any) -> CallResult:
+        turn, call = self.turn, self.call
+        if not capabilities_of(turn.runtime.tools, name).nestable:
+            raise ToolFailure(type="error", message=f"{name} cannot be called from a script")
         await turn.checkpoint("nested.call")
-        nested = await _start_nested(turn, call, f"{call.call_id}.{next(numbers)}", name, input)
-        from actors import tool_call  # a nested call is a tool-call actor under this one
-
-        result = await tool_call.run(turn, handle, nested)
-        await _record_nested(turn, context, nested, result)
+        nested = await _start_nested(turn, call, f"{call.call_id}.{next(self.numbers)}", name, input)
+        result = await self.run_nested(turn, self.handle, nested)
+        await _record_nested(turn, self.context, nested, result)
         return result
 
-    async def run_task(prompt: str, title: str, session_id: str | None) -> dict[str, Any]:
-        from actors import task  # the sub-agent's turn runs steps, whose tool calls build this context
-
+    async def run_task(
+        self, run_turn: TurnRunner, prompt: str, title: str, session_id: str | None
+    ) -> dict[str, Any]:
         # The sub-agent's id is in the call's partial result from its start: a call that stops (or
         # fails) still tells the model which sub-agent to come back to.
         def started(child_id: str) -> None:
-            context.remember_progress({"session_id": child_id})
+            self.context.remember_progress({"session_id": child_id})
 
         return await task.run(
-            turn, handle, call, prompt=prompt, title=title, session_id=session_id, started=started
+            self.turn,
+            self.handle,
+            self.call,
+            prompt=prompt,
+            title=title,
+            session_id=session_id,
+            started=started,
+            run_turn=run_turn,
         )
 
-    async def write_log(line: str) -> None:
-        context.logs.append(line)
-        async with turn.write() as tx:
-            tx.emit(events.tool_progress_log(turn.session_id, call.call_id, line))
+    async def write_log(self, line: str) -> None:
+        self.context.logs.append(line)
+        async with self.turn.write() as tx:
+            tx.emit(events.tool_progress_log(self.turn.session_id, self.call.call_id, line))
 
-    async def record_process_group(group: ProcessGroup) -> None:
-        async with turn.write() as tx:
-            tx.set_process_group(turn.session_id, call.call_id, group)
-
-    context.report_progress = report_progress
-    context.open_form = open_form
-    context.run_task = run_task
-    context.record_process_group = record_process_group
-    if call.name == "execute":
-        context.call_nested = call_nested
-        context.write_log = write_log
-    return context
+    async def record_process_group(self, group: ProcessGroup) -> None:
+        async with self.turn.write() as tx:
+            tx.set_process_group(self.turn.session_id, self.call.call_id, group)
 
 
 async def _start_nested(

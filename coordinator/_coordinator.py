@@ -12,6 +12,7 @@ import structlog
 import trio
 from prometheus_client import CollectorRegistry
 
+from actors import session
 from actors.context import Runtime
 from coordinator import claims, decisions, errors, retention
 from coordinator.bus import Bus, Subscription
@@ -366,6 +367,7 @@ async def open_coordinator(
                     injector=injector,
                     metrics=metrics,
                     tracing=Tracing.configure(tracer_provider),
+                    run_turn=session.run_turn,
                 )
                 coordinator = await _start(runtime, instance, root)
                 try:

@@ -12,9 +12,9 @@ from typing import Any
 
 import structlog
 
-from actors import stops
+from actors import stops, wait
 from actors.context import Runtime
-from coordinator import errors, events, permissions
+from coordinator import errors, events, permissions, wire
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
@@ -148,10 +148,8 @@ async def reply_permission(
     return replied
 
 
-def _replied(decision: str, message: str | None) -> Any:
-    from actors.permission_wait import Replied
-
-    return Replied(decision=decision, message=message)  # type: ignore[arg-type]
+def _replied(decision: str, message: str | None) -> wait.Replied:
+    return wait.Replied(decision=decision, message=message)  # type: ignore[arg-type]
 
 
 def _refuse_if_closing(runtime: Runtime) -> None:
@@ -188,15 +186,15 @@ def _pending_request(tx: Transaction, session_id: str, request_id: str) -> Permi
         raise errors.PermissionAlreadySettled(
             message=f"permission request {request_id!r} is already {request.status}",
             request_id=request_id,
-            settlement=request.settlement(),
+            settlement=wire.unstructure(request.settlement()),
         )
     return request
 
 
 def _wait_turn(tx: Transaction, request_id: str) -> str:
-    wait = tx.permission_wait_row(request_id)
-    assert wait is not None
-    return wait.turn_id
+    row = tx.permission_wait_row(request_id)
+    assert row is not None
+    return row.turn_id
 
 
 def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest) -> list[PermissionRequest]:
@@ -255,15 +253,15 @@ def _pending_form(tx: Transaction, session_id: str, form_id: str) -> Form:
         raise errors.FormAlreadySettled(
             message=f"form {form_id!r} is already {form.status}",
             form_id=form_id,
-            settlement=form.settlement(),
+            settlement=wire.unstructure(form.settlement()),
         )
     return form
 
 
 def _form_turn(tx: Transaction, form_id: str) -> str:
-    wait = tx.form_wait_row(form_id)
-    assert wait is not None
-    return wait.turn_id
+    row = tx.form_wait_row(form_id)
+    assert row is not None
+    return row.turn_id
 
 
 def _validate_answers(form: Form, answers: dict[str, Any]) -> None:
@@ -294,8 +292,8 @@ def apply_remote_decisions(runtime: Runtime) -> None:
     for wait_id in list(runtime.waits.by_id):
         request = read.get_permission(wait_id)
         if request is not None and request.status == "replied" and request.decision is not None:
-            wait = read.permission_wait_row(wait_id)
-            runtime.waits.resolve(wait_id, _replied(request.decision, None if wait is None else wait.message))
+            row = read.permission_wait_row(wait_id)
+            runtime.waits.resolve(wait_id, _replied(request.decision, None if row is None else row.message))
             continue
         form = read.get_form(wait_id)
         if form is not None and form.status in ("submitted", "cancelled"):

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from coordinator import wire
 from coordinator.reasons import ToolErrorType
 
 
@@ -64,9 +65,7 @@ class ClientError(CoordinatorError):
 
     def details(self) -> dict[str, Any]:
         """Fields beyond ``message`` that the wire form carries (unstructured by ``wire``)."""
-        from coordinator.wire import converter
-
-        fields = converter.unstructure(self)
+        fields = wire.unstructure(self)
         fields.pop("message", None)
         return dict(fields)
 

@@ -58,11 +58,9 @@ class PermissionRequest:
     reason: StopReason | None = None
     created_at: str
 
-    def settlement(self) -> dict[str, Any]:
-        """What a late reply is told: ``{status, decision?, reason?}``."""
-        from coordinator.wire import converter
-
-        return dict(converter.unstructure(Settlement(self.status, self.decision, self.reason)))
+    def settlement(self) -> Settlement:
+        """How it was settled, for a late reply (its wire form ``{status, decision?, reason?}``)."""
+        return Settlement(self.status, self.decision, self.reason)
 
 
 @attrs.frozen
@@ -96,10 +94,9 @@ class Form:
     reason: StopReason | None = None
     created_at: str
 
-    def settlement(self) -> dict[str, Any]:
-        from coordinator.wire import converter
-
-        return dict(converter.unstructure(Settlement(self.status, None, self.reason)))
+    def settlement(self) -> Settlement:
+        """How it was settled, for a late answer (its wire form ``{status, reason?}``)."""
+        return Settlement(self.status, None, self.reason)
 
 
 @attrs.frozen(kw_only=True)

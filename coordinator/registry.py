@@ -8,8 +8,8 @@ import structlog
 import trio
 
 from actors import session, settlement, stops
-from actors.context import Runtime
-from actors.session import SessionHandle, Takeover
+from actors.context import Runtime, Takeover
+from actors.session import SessionHandle
 from coordinator import decisions
 from coordinator.claims import Liveness
 from coordinator.store.rows import TurnRow

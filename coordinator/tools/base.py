@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -56,6 +56,16 @@ class TaskRunner(Protocol):
     async def __call__(self, prompt: str, title: str, session_id: str | None) -> dict[str, Any]: ...
 
 
+class ScriptRunner(Protocol):
+    """Runs a script in its own process, serving its nested calls, until it returns (``execute``).
+
+    Returns the call's result ``{result, logs, calls}``. **Raises:** ``ToolFailure`` when the script
+    cannot start, fails, or breaks the runner's protocol.
+    """
+
+    async def __call__(self, code: str) -> dict[str, Any]: ...
+
+
 class LogWriter(Protocol):
     """Appends a line to the caller's ``logs`` and publishes it as ``session.tool.progress``."""
 
@@ -80,6 +90,7 @@ class ToolContext:
     write_log: LogWriter | None = None
     open_form: FormOpener | None = None
     run_task: TaskRunner | None = None
+    run_script: ScriptRunner | None = None
     # Records a process group the tool started, durably, so that a later start can kill it if this
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None
@@ -98,6 +109,26 @@ ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
 
 
 @attrs.frozen(kw_only=True)
+class Capabilities:
+    """What the actors do differently for a tool's calls, declared by the tool instead of read off its
+    name (``design/actors.md``, "Tool capabilities"). The defaults are a plain tool's, and an unknown
+    tool's: it has none.
+    """
+
+    # A stopped (or failed) call always reports a partial result, even an empty one (execute).
+    keeps_partial_result: bool = False
+    # Its calls run a script whose nested tool calls are tool-call actors of their own (execute).
+    runs_nested_calls: bool = False
+    # It may be called from a script (execute's nested calls).
+    nestable: bool = True
+    # Its call runs a sub-agent's turn (task).
+    runs_sub_agent: bool = False
+
+
+PLAIN = Capabilities()
+
+
+@attrs.frozen(kw_only=True)
 class Tool:
     """A tool: its spec for the model, how to name its resource for permission rules, and its body.
 
@@ -111,10 +142,18 @@ class Tool:
     deadline_scope: Literal["tool", "execute"] | None = "tool"
     # A user's plugin: under the chaos campaign, its awaits and declared checkpoints are checkpoints.
     observed: bool = False
+    capabilities: Capabilities = PLAIN
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+def capabilities_of(tools: Mapping[str, Tool], name: str) -> Capabilities:
+    """The capabilities of the tool called ``name`` in ``tools`` (a runtime's tool table), for code
+    that has only a stored call: an unknown tool has none (``PLAIN``)."""
+    tool = tools.get(name)
+    return PLAIN if tool is None else tool.capabilities
 
 
 def any_resource(input: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """The built-in ``execute`` tool: Python code that calls other tools, run in a separate process.
 
-The process and its protocol are ``actors.execute``; this module holds the tool's spec and what is kept
-of a script's output (``logs``), within these limits:
+The process and its protocol are ``actors.execute``, which runs the script through the ``run_script``
+its tool context offers (a tool that ``runs_nested_calls``); this module holds the tool's spec, the
+check of its input, and what is kept of a script's output (``logs``), within these limits:
 
 - the first ``MAX_LOG_LINES`` lines and ``MAX_LOG_BYTES`` bytes (UTF-8, newlines not counted) are
   kept; the rest is counted, and one last line says how many lines and bytes were dropped;
@@ -23,7 +24,7 @@ import attrs
 from coordinator.errors import ToolFailure
 from coordinator.models.base import ToolSpec
 from coordinator.records import NestedCall
-from coordinator.tools.base import Tool, ToolContext, any_resource
+from coordinator.tools.base import Capabilities, Tool, ToolContext, any_resource
 
 MAX_LOG_LINES = 1000
 MAX_LOG_BYTES = 64 * 1024
@@ -160,24 +161,31 @@ _DESCRIPTION = (
 )
 
 
+def script_code(input: dict[str, Any]) -> str:
+    """The script of an ``execute`` input. **Raises:** ``ToolFailure`` naming what is wrong."""
+    code = input.get("code")
+    if not isinstance(code, str):
+        raise ToolFailure(type="error", message="execute: 'code' must be a string")
+    unknown = sorted(set(input) - {"code"})
+    if unknown:
+        raise ToolFailure(type="error", message=f"execute: unknown parameter(s): {', '.join(unknown)}")
+    return code
+
+
+async def _run(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
+    code = script_code(input)
+    if ctx.run_script is None:
+        raise ToolFailure(type="error", message="execute runs only as a top-level tool call")
+    return await ctx.run_script(code)
+
+
 def execute_tool() -> Tool:
-    """The ``execute`` tool (contract section 3); its runs are ``actors.execute.run``."""
-
-    async def run(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
-        # Imported here: ``actors.execute`` imports this module for the limits and the log keeping.
-        from actors import execute as execute_actor
-
-        code = input.get("code")
-        if not isinstance(code, str):
-            raise ToolFailure(type="error", message="execute: 'code' must be a string")
-        unknown = sorted(set(input) - {"code"})
-        if unknown:
-            raise ToolFailure(type="error", message=f"execute: unknown parameter(s): {', '.join(unknown)}")
-        return await execute_actor.run(ctx, code)
-
+    """The ``execute`` tool (contract section 3); its scripts run in ``actors.execute.run``."""
     return Tool(
         spec=ToolSpec(name="execute", description=_DESCRIPTION, parameters=_PARAMETERS),
         resource=any_resource,
-        run=run,
+        run=_run,
         deadline_scope="execute",
+        # Not nestable: a nested execute would nest processes without bound.
+        capabilities=Capabilities(keeps_partial_result=True, runs_nested_calls=True, nestable=False),
     )

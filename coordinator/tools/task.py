@@ -11,7 +11,7 @@ from typing import Any
 from coordinator.errors import ToolFailure
 from coordinator.models.base import ToolSpec
 from coordinator.records import MAX_TEXT, MAX_TITLE
-from coordinator.tools.base import Tool, ToolContext
+from coordinator.tools.base import Capabilities, Tool, ToolContext
 
 DEFAULT_TITLE = "task"
 
@@ -67,4 +67,7 @@ async def _run(ctx: ToolContext, input: dict[str, Any]) -> Any:
 def task_tool() -> Tool:
     # No `[timeouts] tool` deadline: the sub-agent's turn is bounded by its own deadlines (step, turn,
     # waits), and a tool deadline would cut every longer piece of work short.
-    return Tool(spec=SPEC, resource=resource, run=_run, deadline_scope=None)
+    # Not nestable: a sub-agent must resume inside its call after a restart, and a script's nested
+    # calls cannot be restored.
+    capabilities = Capabilities(runs_sub_agent=True, nestable=False)
+    return Tool(spec=SPEC, resource=resource, run=_run, deadline_scope=None, capabilities=capabilities)

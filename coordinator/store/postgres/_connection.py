@@ -79,16 +79,16 @@ class PsycopgConnection:
             self._serialized.add(scope)
 
     def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> int:
+        # One statement: the counter's row lock is taken as late as the event needs it, with no
+        # round trip to Python while it is held before the rest of the body.
         row = self._execute(
-            "UPDATE event_counter SET last = last + 1 WHERE id = 1 RETURNING last", ()
+            "WITH counter AS (UPDATE event_counter SET last = last + 1 WHERE id = 1 RETURNING last) "
+            "INSERT INTO events(seq, type, session_id, at, payload) "
+            "SELECT last, ?, ?, ?, ? FROM counter RETURNING seq",
+            (type, session_id, at, payload),
         ).fetchone()
         assert row is not None
-        seq = int(row[0])
-        self._execute(
-            "INSERT INTO events(seq, type, session_id, at, payload) VALUES (?, ?, ?, ?, ?)",
-            (seq, type, session_id, at, payload),
-        )
-        return seq
+        return int(row[0])
 
     def last_seq(self) -> int:
         row = self._execute("SELECT last FROM event_counter WHERE id = 1", ()).fetchone()

@@ -49,12 +49,25 @@ RETRIES = 5
 CONNECT_SECONDS = 10.0
 """How long a transaction waits for a connection of the pool before ``StoreBusy``."""
 
-# A frozen node's open transaction holds its locks; the server ends it after this long idle in it
-# (a body never waits on anything but the database), so that nobody waits on it for ever.
-SESSION_SETTINGS = {
-    "idle_in_transaction_session_timeout": "5s",
-    "lock_timeout": "15s",
-    "synchronous_commit": "on",
+# Set on every connection at its start (libpq ``options``: no round trip). A frozen node's open
+# transaction holds its locks; the server ends it after ``idle_in_transaction_session_timeout`` (a
+# body never waits on anything but the database), so nobody waits on it for ever; a wait for a lock
+# gives up after ``lock_timeout`` (longer: it may wait for that end) as ``StoreBusy``.
+SESSION_OPTIONS = (
+    "-c idle_in_transaction_session_timeout=5s -c lock_timeout=15s -c statement_timeout=60s "
+    "-c synchronous_commit=on"
+)
+
+# A server or network that died is noticed by the client within about half a minute.
+CONNECTION_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "application_name": "coordinator",
+    "options": SESSION_OPTIONS,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
 }
 
 
@@ -179,11 +192,6 @@ class PostgresStore:
         self._pool.close()
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    for name, value in SESSION_SETTINGS.items():
-        conn.execute(f"SET {name} = '{value}'")
-
-
 def _migrate(url: str) -> None:
     """Create or upgrade the schema, once however many nodes start together (an advisory lock)."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -221,8 +229,8 @@ def open_postgres_store(url: str, *, pool_size: int = 8) -> Iterator[PostgresSto
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "application_name": "coordinator"},
-            configure=_configure,
+            kwargs=CONNECTION_KWARGS,
+            check=psycopg_pool.ConnectionPool.check_connection,
             open=False,
             name="coordinator",
         )
