@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import structlog
@@ -18,12 +18,14 @@ from coordinator.config import Config
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.history import Conversations
-from coordinator.store import SqliteStore, Transaction
+from coordinator.store import Fence, Store, Transaction
 from coordinator.store.rows import TurnRow
 from coordinator.tools.base import Tool
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
 log = structlog.get_logger()
+
+T = TypeVar("T")
 
 # Bound on each cleanup duty (revoke, kill and reap, settle). A settlement is one local commit; the
 # longest duty is killing a process group (SIGTERM, a grace period, SIGKILL, reap).
@@ -110,7 +112,7 @@ class StreamedText(Protocol):
 class Runtime:
     """The coordinator's parts, shared by every actor of one coordinator."""
 
-    store: SqliteStore
+    store: Store
     bus: Bus
     config: Config
     model: Model
@@ -162,19 +164,26 @@ class TurnScope:
     unopened_waits: set[str] = attrs.Factory(set)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
-    def write(self) -> contextlib.AbstractAsyncContextManager[Transaction]:
-        """A store transaction fenced by this turn's claim: a stale owner writes nothing.
+    @property
+    def fence(self) -> Fence:
+        """This turn's claim as every one of its writes must find it held."""
+        return (self.session_id, self.runtime.instance_id, self.epoch)
 
-        **Raises:** ``Fenced`` when another instance took the claim over.
+    async def write(self, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in a store transaction fenced by this turn's claim: a stale owner writes
+        nothing (``Store.write``).
+
+        **Raises:** ``Fenced`` when another instance took the claim over; ``StoreError``.
         """
-        return self.runtime.store.transaction(fence=(self.session_id, self.runtime.instance_id, self.epoch))
+        return await self.runtime.store.write(body, fence=self.fence)
 
-    def check_claim(self) -> None:
+    async def check_claim(self) -> None:
         """Raise ``Fenced`` unless this instance still holds the claim at this turn's epoch.
 
         A read, for an effect outside the store (a tool's start) that no fenced write precedes.
         """
-        self.runtime.store.read.fence(self.session_id, self.runtime.instance_id, self.epoch)
+        session_id, owner, epoch = self.fence
+        await self.runtime.store.read(lambda reader: reader.fence(session_id, owner, epoch))
 
     async def checkpoint(self, name: str) -> None:
         """A named await point for fault injection (``coordinator/checkpoints.py``); free in production."""

@@ -67,7 +67,7 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
     with handle.scope, structlog.contextvars.bound_contextvars(session_id=handle.session_id):
         try:
             while not handle.shutting_down:
-                turn = runtime.store.read.next_turn(handle.session_id)
+                turn = await runtime.store.read(lambda reader: reader.next_turn(handle.session_id))
                 if turn is None:
                     return
                 if not await _run_turn(runtime, handle, turn, takeovers.pop(turn.id, None)):
@@ -147,33 +147,43 @@ async def _begin(
     if turn.status != "queued" and takeover is None:
         log.info("turn_left_to_its_owner", turn_id=turn.id, status=turn.status)
         return None
-    async with runtime.store.transaction() as tx:
-        current = tx.get_turn(turn.id)
-        if current is None or current.status not in _STARTABLE[takeover is not None]:
-            log.info("turn_moved_on", turn_id=turn.id, status=None if current is None else current.status)
-            return None
-        if tx.is_parked(turn.id):
-            # Parked (resume = "manual") after this takeover was decided: only a resume releases it.
-            log.info("turn_left_parked", turn_id=turn.id)
-            return None
-        turn = current
-        since = now_rfc3339()
-        previous = None if takeover is None else takeover.previous_owner
-        epoch = tx.acquire_claim(turn.session_id, runtime.instance_id, since, takeover_from=previous)
-        if epoch == 0:
-            log.info("claim_held_elsewhere", turn_id=turn.id)
-            return None
-        if takeover is None:
-            tx.set_turn_status(turn.id, "running")
-            message_id = new_id("msg")
-            tx.insert_message(message_id, turn.session_id, turn.id, "user", since)
-            tx.add_text_part(message_id, turn.prompt)
-            tx.emit(events.turn_started(turn.session_id, turn.id, turn.prompt))
+    begun = await runtime.store.write(functools.partial(_claim, runtime.instance_id, turn.id, takeover))
+    if begun is None:
+        return None
+    turn, epoch = begun
     handle = ActorHandle(kind="turn", id=turn.id)
     scope = TurnScope(
         runtime=runtime, session_id=turn.session_id, turn_id=turn.id, epoch=epoch, handle=handle
     )
     return scope, turn
+
+
+def _claim(
+    instance_id: str, turn_id: str, takeover: Takeover | None, tx: Transaction
+) -> tuple[TurnRow, int] | None:
+    """The claim's transaction: the turn as it reads now, and the claim's new epoch; None when the
+    turn moved on, is parked, or its claim is held elsewhere."""
+    current = tx.get_turn(turn_id)
+    if current is None or current.status not in _STARTABLE[takeover is not None]:
+        log.info("turn_moved_on", turn_id=turn_id, status=None if current is None else current.status)
+        return None
+    if tx.is_parked(turn_id):
+        # Parked (resume = "manual") after this takeover was decided: only a resume releases it.
+        log.info("turn_left_parked", turn_id=turn_id)
+        return None
+    since = now_rfc3339()
+    previous = None if takeover is None else takeover.previous_owner
+    epoch = tx.acquire_claim(current.session_id, instance_id, since, takeover_from=previous)
+    if epoch == 0:
+        log.info("claim_held_elsewhere", turn_id=turn_id)
+        return None
+    if takeover is None:
+        tx.set_turn_status(turn_id, "running")
+        message_id = new_id("msg")
+        tx.insert_message(message_id, current.session_id, turn_id, "user", since)
+        tx.add_text_part(message_id, current.prompt)
+        tx.emit(events.turn_started(current.session_id, turn_id, current.prompt))
+    return current, epoch
 
 
 # The statuses a turn may still have when its claim is taken: queued for a start, unfinished for a
@@ -249,18 +259,25 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
     A stop decided while the turn was down (a reject of its kept request) wins: it is not resumed.
     """
     scope.resumed_after = takeover.after
-    recovered = settlement.Recovered()
-    async with scope.write() as tx:
+    tools = scope.runtime.tools
+
+    def resume(tx: Transaction) -> settlement.Recovered | TurnRow | None:
         if not tx.mark_resumed(scope.turn_id, takeover.after):
-            stops.apply_committed(scope, tx.get_turn(scope.turn_id))
-        else:
-            tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
-            # What the previous process left running settles as a live stop would settle it, in the
-            # same order (settlement.sweep); what a start can continue is kept and restored below.
-            recovered = settlement.recover(tx, scope.session_id, scope.turn_id, tools=scope.runtime.tools)
-            note_id = new_id("msg")
-            tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
-            tx.add_text_part(note_id, RESTART_NOTE)
+            return tx.get_turn(scope.turn_id)  # a stop was decided meanwhile
+        tx.emit(events.execution_resumed(scope.session_id, scope.turn_id, takeover.after))
+        # What the previous process left running settles as a live stop would settle it, in the
+        # same order (settlement.sweep); what a start can continue is kept and restored below.
+        recovered = settlement.recover(tx, scope.session_id, scope.turn_id, tools=tools)
+        note_id = new_id("msg")
+        tx.insert_message(note_id, scope.session_id, scope.turn_id, "user", now_rfc3339())
+        tx.add_text_part(note_id, RESTART_NOTE)
+        return recovered
+
+    resumed = await scope.write(resume)
+    if not isinstance(resumed, settlement.Recovered):
+        stops.apply_committed(scope, resumed)
+        return
+    recovered = resumed
     scope.unopened_waits.update(call.call_id for call, _ in recovered.restorable)
     async with trio.open_nursery() as nursery:
         for call, request in recovered.restorable:
@@ -279,22 +296,29 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
     while a shutdown was suspending the turn ends the turn declined, never resumed.
     """
     await scope.checkpoint("settle.turn")
-    async with scope.write() as tx:
-        reason = stops.settle_reason(tx, scope.turn_id, reason)
-        if reason is None:
+    texts = {
+        step_id: text.unrecorded()
+        for step_id, text in scope.runtime.step_texts.items()
+        if text.turn_id == scope.turn_id
+    }
+    tools = scope.runtime.tools
+
+    def settle(tx: Transaction) -> StopReason | None:
+        settled_as = stops.settle_reason(tx, scope.turn_id, reason)
+        if settled_as is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
-            log.info("turn_succeeded")
             return None
-        texts = {
-            step_id: text.unrecorded()
-            for step_id, text in scope.runtime.step_texts.items()
-            if text.turn_id == scope.turn_id
-        }
-        settlement.sweep(tx, scope.session_id, scope.turn_id, reason, texts, tools=scope.runtime.tools)
-        settlement.end_turn(tx, scope.session_id, scope.turn_id, reason)
-        log.info("turn_stopped", reason=reason.type)
-    return reason
+        settlement.sweep(tx, scope.session_id, scope.turn_id, settled_as, texts, tools=tools)
+        settlement.end_turn(tx, scope.session_id, scope.turn_id, settled_as)
+        return settled_as
+
+    settled = await scope.write(settle)
+    if settled is None:
+        log.info("turn_succeeded")
+    else:
+        log.info("turn_stopped", reason=settled.type)
+    return settled
 
 
 def _finish(tx: Transaction, scope: TurnScope, outcome: str) -> None:

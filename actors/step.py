@@ -24,12 +24,13 @@ from actors.step_text import StepText
 from coordinator import events
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ModelError
+from coordinator.events import Draft, Event
 from coordinator.ids import new_id
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import StepMessage, StepToolCall
 from coordinator.store import Transaction
-from coordinator.store.rows import ToolCallRow
+from coordinator.store.rows import StoredMessage, ToolCallRow
 from coordinator.tracing import ActorSpan
 
 log = structlog.get_logger()
@@ -50,9 +51,11 @@ async def run(turn: TurnScope) -> bool:
 
 
 async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
-    async with turn.write() as tx:
+    def begin(tx: Transaction) -> tuple[int, Event]:
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
-        started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+        return index, tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+
+    index, started = await turn.write(begin)
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
@@ -77,13 +80,10 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
                 reason = await _settle(turn, step_id, reason, text)
             span.stopped(reason)
             raise
-        async with turn.write() as tx:
-            tx.settle_step(step_id, "succeeded", None)
-            tx.emit(
-                events.step_succeeded(
-                    turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
-                )
-            )
+        succeeded = events.step_succeeded(
+            turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
+        )
+        await turn.write(lambda tx: _succeed(tx, step_id, succeeded))
         span.succeeded()
         return True
     raise AssertionError("a step's own scope is never stopped alone")
@@ -97,12 +97,12 @@ def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
 
 async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     runtime = turn.runtime
-    session = runtime.store.read.get_session(turn.session_id)
+    session = await runtime.store.read(lambda reader: reader.get_session(turn.session_id))
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
         title="" if session is None else session.title,
-        messages=_conversation(turn),
+        messages=await _conversation(turn),
         tools=tuple(tool.spec for tool in runtime.tools.values()),
         text=text,
     )
@@ -144,21 +144,28 @@ async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> Mod
     return reply
 
 
-def _conversation(turn: TurnScope) -> tuple[ChatMessage, ...]:
+async def _conversation(turn: TurnScope) -> tuple[ChatMessage, ...]:
     """The history as the model is sent it: the session's settled turns are kept converted."""
-    runtime = turn.runtime
-    return runtime.conversations.request_messages(runtime.store.read, turn.session_id, turn.epoch)
+    runtime, session_id = turn.runtime, turn.session_id
+
+    async def tail(after_ord: int) -> tuple[list[StoredMessage], dict[str, str | None]]:
+        return await runtime.store.read(lambda reader: reader.history_after(session_id, after_ord))
+
+    return await runtime.conversations.request_messages(tail, session_id, turn.epoch)
 
 
 async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:
     """Store an answer without tool calls and the step's success in one commit: nothing is left to
     run between them (one commit fewer a turn than recording and settling apart)."""
-    async with turn.write() as tx:
+    succeeded = events.step_succeeded(
+        turn.session_id, turn.turn_id, step_id, _message(reply, []), reply.usage
+    )
+
+    def answer(tx: Transaction) -> None:
         _insert_assistant_message(tx, turn, reply)
-        tx.settle_step(step_id, "succeeded", None)
-        tx.emit(
-            events.step_succeeded(turn.session_id, turn.turn_id, step_id, _message(reply, []), reply.usage)
-        )
+        _succeed(tx, step_id, succeeded)
+
+    await turn.write(answer)
     _recorded(turn, step_id, text)
 
 
@@ -166,11 +173,19 @@ async def _record_reply(
     turn: TurnScope, step_id: str, reply: ModelReply, text: StepText
 ) -> list[ToolCallRow]:
     """Store the assistant message with its tool calls, and publish each call's start, at once."""
-    async with turn.write() as tx:
+
+    def record(tx: Transaction) -> list[ToolCallRow]:
         message_id = _insert_assistant_message(tx, turn, reply)
-        calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+        return [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+
+    calls = await turn.write(record)
     _recorded(turn, step_id, text)
     return calls
+
+
+def _succeed(tx: Transaction, step_id: str, succeeded: Draft) -> None:
+    tx.settle_step(step_id, "succeeded", None)
+    tx.emit(succeeded)
 
 
 def _recorded(turn: TurnScope, step_id: str, text: StepText) -> None:
@@ -224,10 +239,13 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     """Fail the step, keeping the text the stop cut short; returns the reason it failed with. If this
     commit fails, the text stays in ``runtime.step_texts`` for the session's sweep."""
     await turn.checkpoint("settle.step")
-    async with turn.write() as tx:
-        reason = stops.settle_reason(tx, turn.turn_id, reason) or reason
-        settlement.fail_step(
-            tx, turn.session_id, turn.turn_id, step_id, reason, text.unrecorded(), tools=turn.runtime.tools
-        )
+    unrecorded, tools = text.unrecorded(), turn.runtime.tools
+
+    def fail(tx: Transaction) -> StopReason:
+        settled_as = stops.settle_reason(tx, turn.turn_id, reason) or reason
+        settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, settled_as, unrecorded, tools=tools)
+        return settled_as
+
+    reason = await turn.write(fail)
     _recorded(turn, step_id, text)
     return reason

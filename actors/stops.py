@@ -64,12 +64,13 @@ async def decide(turn: TurnScope, reason: StopReason) -> bool:
     if not admits(turn):
         return False
     if not reason.resumable:
-        async with turn.write() as tx:
-            # Again, after the transaction's checkpoint: another stop may have come meanwhile. From
-            # here to the handle's stop nothing awaits, so the intent committed is the reason the
-            # actors stop with, never one that lost to another.
-            if decide_in(tx, turn.turn_id, reason, live=turn) is None:
-                return False
+        # Checked again in the transaction: another stop may have come since. On SQLite the body
+        # runs inline, so nothing comes between it and the handle's stop: the intent committed is
+        # the reason the actors stop with. On PostgreSQL a stop of this process that records no
+        # intent (a shutdown) may land while the commit is out; the settlement reads the intent
+        # then (``settle_reason``), and it wins over the suspension.
+        if not await turn.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):
+            return False
     return turn.handle.stop(reason)
 
 

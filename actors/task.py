@@ -32,7 +32,7 @@ from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, ParentLink
-from coordinator.records import TextPart
+from coordinator.records import Message, TextPart
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow, TurnRow
 
@@ -64,7 +64,9 @@ async def run(
     """
     link = ParentLink(session_id=turn.session_id, call_id=call.call_id)
     runtime = turn.runtime
-    sub_turn = runtime.store.read.turn_of_task_call(turn.session_id, call.call_id)
+    sub_turn = await runtime.store.read(
+        lambda reader: reader.turn_of_task_call(turn.session_id, call.call_id)
+    )
     if sub_turn is None:
         scope, sub_turn = await _begin(turn, link, prompt, title, session_id)
         started(sub_turn.session_id)
@@ -98,7 +100,8 @@ async def _begin(
     """
     runtime = turn.runtime
     turn_id = new_id("turn")
-    async with turn.write() as tx:
+
+    def begin(tx: Transaction) -> tuple[TurnRow | None, int]:
         _check_depth(turn, tx)
         since = now_rfc3339()
         child_id = _sub_agent(tx, link, title, session_id, since)
@@ -111,7 +114,9 @@ async def _begin(
         tx.insert_message(message_id, child_id, turn_id, "user", since)
         tx.add_text_part(message_id, prompt)
         tx.emit(events.turn_started(child_id, turn_id, prompt))
-        row = tx.get_turn(turn_id)
+        return tx.get_turn(turn_id), epoch
+
+    row, epoch = await turn.write(begin)
     assert row is not None
     return _scope(runtime, row, epoch), row
 
@@ -133,17 +138,20 @@ def _sub_agent(tx: Transaction, link: ParentLink, title: str, session_id: str | 
 
 async def _take_over(runtime: Runtime, sub_turn: TurnRow) -> tuple[TurnScope, TurnRow, Takeover]:
     """Claim a sub-agent turn a previous process left (suspended, crashed, or stopping), to resume it."""
-    claim = runtime.store.read.get_claim(sub_turn.session_id)
+    claim = await runtime.store.read(lambda reader: reader.get_claim(sub_turn.session_id))
     previous = None if claim is None else claim.owner
     after = "shutdown" if sub_turn.status == "suspended" else "crash"
-    async with runtime.store.transaction() as tx:
+
+    def take(tx: Transaction) -> tuple[TurnRow, int]:
         current = tx.get_turn(sub_turn.id)
         assert current is not None
-        epoch = 0
-        if current.status in ("running", "stopping", "suspended"):
-            epoch = tx.acquire_claim(
-                current.session_id, runtime.instance_id, now_rfc3339(), takeover_from=previous
-            )
+        if current.status not in ("running", "stopping", "suspended"):
+            return current, 0
+        return current, tx.acquire_claim(
+            current.session_id, runtime.instance_id, now_rfc3339(), takeover_from=previous
+        )
+
+    current, epoch = await runtime.store.write(take)
     if epoch == 0:
         raise ToolFailure(
             type="error", message=f"the sub-agent session {sub_turn.session_id} is run elsewhere"
@@ -208,11 +216,11 @@ _OUTCOME_ERRORS = {"failed": "error", "timed_out": "timeout", "interrupted": "in
 
 async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[str, Any]:
     """The call's result, from how the sub-agent's turn ended as the store has it."""
-    read = turn.runtime.store.read
-    row = read.get_turn(sub_turn_id)
+    row = await turn.runtime.store.read(lambda reader: reader.get_turn(sub_turn_id))
     assert row is not None
     if row.outcome == "succeeded":
-        return {"session_id": row.session_id, "text": last_text(turn.runtime, row)}
+        history = await turn.runtime.store.read(lambda reader: reader.history(row.session_id))
+        return {"session_id": row.session_id, "text": last_text(history, row)}
     reason = row.stop_reason
     if row.status != "settled" or reason is None or reason.parent is not None:
         # Stopped (or suspended) because the parent's turn stopped: so does this call, with that reason.
@@ -227,9 +235,9 @@ async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[
     raise ToolFailure(type=error_type, message=message)  # type: ignore[arg-type]
 
 
-def last_text(runtime: Runtime, row: TurnRow) -> str:
+def last_text(history: list[Message], row: TurnRow) -> str:
     """The text of the last assistant message of the turn that has any (what the sub-agent answered)."""
-    for message in reversed(runtime.store.read.history(row.session_id)):
+    for message in reversed(history):
         if message.turn_id != row.id or message.role != "assistant":
             continue
         text = "".join(part.text for part in message.parts if isinstance(part, TextPart))

@@ -118,7 +118,7 @@ async def _check_permission(
     resource = restore.resource if restore is not None else tool.resource(call.input)
     if restore is None:
         configured = turn.runtime.config.permission
-        session_rules = turn.runtime.store.read.session_rules(turn.session_id)
+        session_rules = await turn.runtime.store.read(lambda reader: reader.session_rules(turn.session_id))
         verdict = permissions.evaluate(configured, session_rules, call.name, resource)
         if verdict.effect == "deny":
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
@@ -158,15 +158,14 @@ async def _run_bounded(
             if record_start:
                 # A call that waited on a person is restored by the next start while its tool has not
                 # started (its reply applied then): so the start is committed, fenced, first.
-                async with turn.write() as tx:
-                    tx.mark_tool_started(call.session_id, call.call_id)
+                await turn.write(lambda tx: tx.mark_tool_started(call.session_id, call.call_id))
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()
             # And fenced, with no await between the check and the start: the last fenced commit may
             # be long past (a permission wait), and another instance may have taken the turn over
             # and restored this very call meanwhile (design/model/README.md, finding 1).
-            turn.check_claim()
+            await turn.check_claim()
             with _probed(turn, call, tool):
                 output = await _run_publishing_progress(turn, tool, call, context)
             await turn.checkpoint("tool.end")
@@ -228,8 +227,8 @@ def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = N
 
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
-    async with turn.write() as tx:
-        settlement.settle_call(tx, call, tools=turn.runtime.tools, output=output)
+    tools = turn.runtime.tools
+    await turn.write(lambda tx: settlement.settle_call(tx, call, tools=tools, output=output))
 
 
 async def _settle_failed(
@@ -239,10 +238,12 @@ async def _settle_failed(
     partial: Partial | None,
     stopped_for: StopReason | None = None,
 ) -> None:
-    async with turn.write() as tx:
-        settlement.settle_call(
-            tx, call, tools=turn.runtime.tools, error=error, partial=partial, stopped_for=stopped_for
+    tools = turn.runtime.tools
+    await turn.write(
+        lambda tx: settlement.settle_call(
+            tx, call, tools=tools, error=error, partial=partial, stopped_for=stopped_for
         )
+    )
 
 
 async def _settle_stopped(
@@ -252,14 +253,19 @@ async def _settle_stopped(
     if call.call_id in turn.unopened_waits:
         # A restored call stopped before it re-opened its kept wait: that wait is revoked now, with
         # the stop's reason, and counts among the waits every call's failure comes after.
-        if not settlement.kept_for_restore(turn.runtime.store.read, call, reason):
-            async with turn.write() as tx:
-                settlement.revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
+        if not await _kept_for_restore(turn, call, reason):
+            await turn.write(
+                lambda tx: settlement.revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
+            )
         turn.forget_unopened_wait(call.call_id)
     await turn.waits_settled()
     await turn.checkpoint("settle.tool")
-    if settlement.kept_for_restore(turn.runtime.store.read, call, reason):
+    if await _kept_for_restore(turn, call, reason):
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return
     error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
     await _settle_failed(turn, call, error, _partial(context, capabilities), stopped_for=reason)
+
+
+async def _kept_for_restore(turn: TurnScope, call: ToolCallRow, reason: StopReason) -> bool:
+    return await turn.runtime.store.read(lambda reader: settlement.kept_for_restore(reader, call, reason))

@@ -18,6 +18,7 @@ from coordinator import events, wire
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
+from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
 from coordinator.tools.process import ProcessGroup
@@ -84,7 +85,7 @@ class _Services:
         form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
         if form.status == "submitted":
             return FormReply(answers=dict(form.answers or {}))
-        row = turn.runtime.store.read.form_wait_row(form.id)
+        row = await turn.runtime.store.read(lambda reader: reader.form_wait_row(form.id))
         return FormReply(answers=None, message=None if row is None else row.message)
 
     async def call_nested(self, name: str, input: Any) -> CallResult:
@@ -118,12 +119,12 @@ class _Services:
 
     async def write_log(self, line: str) -> None:
         self.context.logs.append(line)
-        async with self.turn.write() as tx:
-            tx.emit(events.tool_progress_log(self.turn.session_id, self.call.call_id, line))
+        logged = events.tool_progress_log(self.turn.session_id, self.call.call_id, line)
+        await self.turn.write(lambda tx: tx.emit(logged))
 
     async def record_process_group(self, group: ProcessGroup) -> None:
-        async with self.turn.write() as tx:
-            tx.set_process_group(self.turn.session_id, self.call.call_id, group)
+        session_id, call_id = self.turn.session_id, self.call.call_id
+        await self.turn.write(lambda tx: tx.set_process_group(session_id, call_id, group))
 
 
 async def _start_nested(
@@ -146,9 +147,13 @@ async def _start_nested(
         partial=None,
         progress=None,
     )
-    async with turn.write() as tx:
+    started = events.tool_started(turn.session_id, turn.turn_id, call_id, name, input, parent.call_id)
+
+    def start(tx: Transaction) -> None:
         tx.insert_tool_call(nested, now_rfc3339())
-        tx.emit(events.tool_started(turn.session_id, turn.turn_id, call_id, name, input, parent.call_id))
+        tx.emit(started)
+
+    await turn.write(start)
     return nested
 
 
@@ -161,8 +166,8 @@ async def _record_nested(
         call_id=nested.call_id, name=nested.name, input=nested.input, status=result.status, output=output
     )
     context.calls.append(finished)
-    async with turn.write() as tx:
-        tx.emit(events.tool_progress_nested(turn.session_id, context.call_id, finished))
+    progress = events.tool_progress_nested(turn.session_id, context.call_id, finished)
+    await turn.write(lambda tx: tx.emit(progress))
 
 
 # At most one progress commit per call in this many seconds; in between, only the latest detail is kept.
@@ -179,11 +184,14 @@ async def serve_progress(turn: TurnScope, context: ToolContext) -> None:
         await context.progress_changed.wait()
         context.progress_changed = trio.Event()
         detail = context.latest_progress
-        async with turn.write() as tx:
-            tx.set_tool_progress(turn.session_id, context.call_id, detail)
-            tx.emit(events.tool_progress_detail(turn.session_id, context.call_id, detail))
+        await turn.write(functools.partial(_store_progress, turn.session_id, context.call_id, detail))
         await trio.sleep(PROGRESS_SECONDS)
 
 
 def _error_body(result: CallResult) -> Any:
     return None if result.error is None else wire.unstructure(result.error)
+
+
+def _store_progress(session_id: str, call_id: str, detail: Any, tx: Transaction) -> None:
+    tx.set_tool_progress(session_id, call_id, detail)
+    tx.emit(events.tool_progress_detail(session_id, call_id, detail))

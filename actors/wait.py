@@ -16,7 +16,7 @@ pending in the store, and the next start restores it with the same id.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import attrs
 import structlog
@@ -112,13 +112,17 @@ async def run(
     if answered is not None:
         # Answered while no wait was live (the turn suspended, or its owner dead): nothing to open.
         turn.forget_unopened_wait(call_id)
-        return await _answered_meanwhile(turn, kind, answered)
-    asked, deadline = await _open(turn, kind, call_id)
+        wait = await turn.runtime.store.read(lambda reader: kind.wait_row(reader, answered))
+        return await _answered_meanwhile(turn, kind, answered, wait)
+    opened = await _open(turn, kind, call_id)
+    asked = opened.asked
     handle = parent.child(kind.actor, asked.id)
+    # A reply committed after the open's read and before this (by another node, on PostgreSQL)
+    # resolves no waiter; the watch applies it (``decisions.apply_remote_decisions``).
     waiter = turn.runtime.waits.expect(asked.id)
     with kind.span(turn.runtime.tracing, asked, handle) as span, turn.wait_opened(call_id):
         try:
-            return await _wait(turn, kind, asked, waiter, deadline, span)
+            return await _wait(turn, kind, opened, waiter, span)
         except BaseException:
             with (
                 turn.settled_by_its_call_unless_done(call_id),
@@ -130,43 +134,55 @@ async def run(
             turn.runtime.waits.forget(asked.id)
 
 
-async def _open(turn: TurnScope, kind: WaitKind[Asked, Any], call_id: str) -> tuple[Asked, float]:
-    """Store the pending wait and publish it as asked, or publish a restored call's kept wait again.
+@attrs.frozen
+class _Opened(Generic[Asked]):
+    """A wait as its opening transaction left it: the wait, its wall-clock deadline (a restored one
+    keeps the deadline it was asked with), and an answer that landed while no wait was live."""
 
-    Returns the wait and its trio deadline: a restored wait keeps the deadline it was asked with.
-    """
+    asked: Asked
+    deadline_at: float | None
+    answered: Asked | None = None
+    answered_wait: WaitRow | None = None
+
+
+async def _open(turn: TurnScope, kind: WaitKind[Asked, Any], call_id: str) -> _Opened[Asked]:
+    """Store the pending wait and publish it as asked, or publish a restored call's kept wait again;
+    in the same transaction, read whether it was answered meanwhile."""
     limit = turn.runtime.config.timeouts.limit(kind.scope)
-    async with turn.write() as tx:
+    asked = kind.new(turn.session_id, call_id)
+    deadline_at = None if limit is None else clock.wall() + limit
+
+    def open_wait(tx: Transaction) -> _Opened[Asked]:
         kept = kind.kept(tx, turn.session_id, call_id)
-        if kept is not None:
-            # A pending wait is shown again; one answered while no wait was live is returned as it
-            # is by the wait (``_answered_meanwhile``), never asked again.
-            if kept.status == "pending":
-                tx.emit(kind.asked(kept, restored=True))
-            wait = kind.wait_row(tx, kept)
-            return kept, clock.trio_deadline(None if wait is None else wait.deadline_at)
-        asked = kind.new(turn.session_id, call_id)
-        deadline_at = None if limit is None else clock.wall() + limit
-        kind.insert(tx, asked, turn.turn_id, deadline_at)
-        tx.emit(kind.asked(asked, restored=False))
-    return asked, clock.trio_deadline(deadline_at)
+        if kept is None:
+            kind.insert(tx, asked, turn.turn_id, deadline_at)
+            tx.emit(kind.asked(asked, restored=False))
+            return _Opened(asked, deadline_at)
+        # A pending wait is shown again; one answered while no wait was live is returned as it is
+        # by the wait (``_answered_meanwhile``), never asked again.
+        if kept.status == "pending":
+            tx.emit(kind.asked(kept, restored=True))
+        wait = kind.wait_row(tx, kept)
+        answered = kind.answered(tx, kept)
+        answered_wait = None if answered is None else kind.wait_row(tx, answered)
+        return _Opened(kept, None if wait is None else wait.deadline_at, answered, answered_wait)
+
+    return await turn.write(open_wait)
 
 
 async def _wait(
     turn: TurnScope,
     kind: WaitKind[Asked, Answer],
-    asked: Asked,
+    opened: _Opened[Asked],
     waiter: Waiter,
-    deadline: float,
     span: ActorSpan,
 ) -> Answer:
     """The live wait: the answer, or the deadline, which stops the turn (``stops.decide``)."""
-    answered = kind.answered(turn.runtime.store.read, asked)
-    if answered is not None:
-        meanwhile = await _answered_meanwhile(turn, kind, answered)
+    if opened.answered is not None:
+        meanwhile = await _answered_meanwhile(turn, kind, opened.answered, opened.answered_wait)
         kind.trace_answer(span, meanwhile)
         return meanwhile
-    with trio.move_on_at(deadline) as timer:
+    with trio.move_on_at(clock.trio_deadline(opened.deadline_at)) as timer:
         await turn.checkpoint(kind.checkpoint)
         answer: Answer = await waiter.wait()
         kind.trace_answer(span, answer)
@@ -179,13 +195,15 @@ async def _wait(
     raise AssertionError(f"a stopped turn did not cancel its {kind.actor}")
 
 
-async def _answered_meanwhile(turn: TurnScope, kind: WaitKind[Asked, Answer], answered: Asked) -> Answer:
+async def _answered_meanwhile(
+    turn: TurnScope, kind: WaitKind[Asked, Answer], answered: Asked, wait: WaitRow | None
+) -> Answer:
     """An answer that landed while no wait was live (before this restore, or before this wait opened).
 
     A decline in it (no message) stops the turn, decided here: the person's decision was committed
     while no actor could apply it.
     """
-    answer, decline = kind.answer_of(answered, kind.wait_row(turn.runtime.store.read, answered))
+    answer, decline = kind.answer_of(answered, wait)
     if decline is not None:
         await stops.decide(turn, decline)
         await trio.lowlevel.checkpoint()
@@ -199,8 +217,7 @@ async def _settle(
     if reason.resumable and restorable:
         log.info(kind.kept_log, **{kind.id_key: asked.id}, reason=reason.type)
         return
-    async with turn.write() as tx:
-        kind.revoke(tx, asked, reason)
+    await turn.write(lambda tx: kind.revoke(tx, asked, reason))
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@ from coordinator.models.base import Model
 from coordinator.models.factory import build_model
 from coordinator.records import Form, Message, PermissionRequest, Session
 from coordinator.registry import Registry
-from coordinator.store import SqliteStore, open_store
+from coordinator.store import Reader, Store, open_store
 from coordinator.tools.registry import build_tools
 from coordinator.tracing import Tracing
 
@@ -50,7 +50,7 @@ class Coordinator:
         return self._runtime.instance_id
 
     @property
-    def store(self) -> SqliteStore:
+    def store(self) -> Store:
         """The store, for tools and tests that read state; writes go through the methods below."""
         return self._runtime.store
 
@@ -74,8 +74,8 @@ class Coordinator:
         if self._runtime.closing:
             raise errors.CoordinatorClosed(message="the coordinator is shutting down")
 
-    def _session(self, session_id: str) -> Session:
-        found = self._runtime.store.read.get_session(session_id)
+    async def _session(self, session_id: str) -> Session:
+        found = await self._runtime.store.read(lambda reader: reader.get_session(session_id))
         if found is None:
             raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
         return found
@@ -94,7 +94,7 @@ class Coordinator:
 
     async def list_sessions(self) -> list[Session]:
         await self._durable()
-        return self._runtime.store.read.list_sessions()
+        return await self._runtime.store.read(lambda reader: reader.list_sessions())
 
     async def list_sessions_page(
         self, *, limit: int, before: str | None = None
@@ -105,7 +105,7 @@ class Coordinator:
         **Raises:** ``SessionNotFound`` when ``before`` names no session (the cursor is a real id).
         """
         await self._durable()
-        page = self._runtime.store.read.session_page(limit + 1, before)
+        page = await self._runtime.store.read(lambda reader: reader.session_page(limit + 1, before))
         if page is None:
             raise errors.SessionNotFound(
                 message=f"query.before: no session {before!r}", session_id=str(before)
@@ -115,13 +115,13 @@ class Coordinator:
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
         await self._durable()
-        return self._session(session_id)
+        return await self._session(session_id)
 
     async def history(self, session_id: str) -> list[Message]:
         """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
         await self._durable()
-        self._session(session_id)
-        return self._runtime.store.read.history(session_id)
+        await self._session(session_id)
+        return await self._runtime.store.read(lambda reader: reader.history(session_id))
 
     async def prompt(self, session_id: str, text: str) -> str:
         """Queue a turn for ``text``; it runs after any turn the session is running. Returns its id.
@@ -129,7 +129,7 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
         """
         self._check_open()
-        self._session(session_id)
+        await self._session(session_id)
         turn_id = await decisions.queue_prompt(self._runtime, session_id, text)
         self._registry.ensure_running(session_id)
         await self._durable()
@@ -160,10 +160,10 @@ class Coordinator:
 
         **Raises:** ``SessionNotFound``.
         """
-        self._session(session_id)
+        await self._session(session_id)
         stopped = await decisions.interrupt(self._runtime, session_id, by)
         if stopped:
-            self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
+            await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         await self._durable()
         return stopped
 
@@ -178,7 +178,7 @@ class Coordinator:
         is idle or running, or was resumed already); ``CoordinatorClosed`` during a shutdown.
         """
         self._check_open()
-        self._session(session_id)
+        await self._session(session_id)
         turn_id = await self._registry.resume(session_id)
         await self._durable()
         return turn_id
@@ -186,11 +186,14 @@ class Coordinator:
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         """Every pending request, or the session's and its sub-agents' (each with its own session_id)."""
         await self._durable()
-        read = self._runtime.store.read
         if session_id is None:
-            return read.pending_permissions()
-        self._session(session_id)
-        return read.pending_permissions(session_ids=[session_id, *read.descendants(session_id)])
+            return await self._runtime.store.read(lambda reader: reader.pending_permissions())
+        await self._session(session_id)
+        return await self._runtime.store.read(
+            lambda reader: reader.pending_permissions(
+                session_ids=[session_id, *reader.descendants(session_id)]
+            )
+        )
 
     async def reply_permission(
         self, session_id: str, request_id: str, decision: str, message: str | None = None
@@ -202,23 +205,24 @@ class Coordinator:
         is kept and restored with its id by the next start, where the reply is taken).
         """
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        self._session(session_id)
+        await self._session(session_id)
         replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
         if decision == "reject" and not message:
-            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
+            await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return replied
 
     async def pending_forms(self, session_id: str) -> list[Form]:
         await self._durable()
-        self._session(session_id)
-        read = self._runtime.store.read
-        return read.pending_forms(session_ids=[session_id, *read.descendants(session_id)])
+        await self._session(session_id)
+        return await self._runtime.store.read(
+            lambda reader: reader.pending_forms(session_ids=[session_id, *reader.descendants(session_id)])
+        )
 
     async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        self._session(session_id)
+        await self._session(session_id)
         form = await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
         await self._durable()
         return form
@@ -226,10 +230,10 @@ class Coordinator:
     async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
         """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        self._session(session_id)
+        await self._session(session_id)
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
         if not message:
-            self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
+            await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()
         return form
 
@@ -267,14 +271,14 @@ class Coordinator:
         with a ``stream.truncated`` event (``seq`` None, payload ``{"oldest_seq": N}``: the oldest kept
         event after ``after``). A subscription of one session ends when that session is deleted.
 
-        **Raises:** ``SessionNotFound``.
+        **Raises:** ``SessionNotFound``, at the first ``__anext__``, when ``session_id`` names no session.
         """
-        family = None
-        if session_id is not None:
-            self._session(session_id)
-            family = self._runtime.store.read.descendants(session_id) if descendants else None
         return self._runtime.bus.subscribe(
-            after=after, session_id=session_id, deltas=deltas, descendants=family
+            after=after,
+            session_id=session_id,
+            deltas=deltas,
+            descendants=descendants and session_id is not None,
+            must_exist=True,
         )
 
     async def abandon(self) -> None:
@@ -347,8 +351,10 @@ async def open_coordinator(
     """
     resolved = config_from(config, db=db, **overrides)
     instance = claims.this_instance()
-    with open_store(resolved.server.db, synchronous=synchronous) as store:
-        bus = Bus(store.read)
+    with open_store(
+        resolved.server.db, synchronous=synchronous, pool_size=resolved.postgres.pool_size
+    ) as store:
+        bus = Bus(store, await store.read(lambda reader: reader.last_seq()))
         store.on_durable(bus.publish)
         metrics = Metrics()
         store.observe(commit=metrics.commit_took, sync=metrics.sync_took)
@@ -376,8 +382,7 @@ async def open_coordinator(
                     with trio.move_on_after(resolved.server.shutdown_grace + 1, shield=True):
                         await coordinator.shutdown()
                     with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):
-                        async with store.transaction() as tx:
-                            tx.mark_instance_stopped(instance.id)
+                        await store.write(lambda tx: tx.mark_instance_stopped(instance.id))
                     claims.LIVE_IN_THIS_PROCESS.discard(instance.id)
                     root.cancel_scope.cancel(reason="coordinator closed")
         finally:
@@ -393,13 +398,12 @@ CLOSE_SYNC_SECONDS = 10.0
 WATCH_SECONDS = 1.0
 
 
-def _crashed() -> None:
+def _crashed(tx: Reader) -> None:
     raise errors.StoreError("the coordinator was abandoned: nothing more is written")
 
 
 async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordinator:
-    async with runtime.store.transaction() as tx:
-        tx.register_instance(instance, now_rfc3339())
+    await runtime.store.write(lambda tx: tx.register_instance(instance, now_rfc3339()))
     claims.LIVE_IN_THIS_PROCESS.add(instance.id)
     runtime.metrics.watch(
         turns_running=lambda: len(runtime.turns),

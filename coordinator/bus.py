@@ -1,9 +1,10 @@
 """The event bus: replay from the store, then live, with no gap, no duplicate and no back-pressure.
 
-``publish`` is called once a commit is durable (``SqliteStore.on_durable``), in commit order, so an event
+``publish`` is called once a commit is durable (``Store.on_durable``), in commit order, so an event
 reaches nobody before it is durable. A subscriber reads pages from the store, up to the last event
-published, until it has caught up, then attaches a bounded live buffer *without awaiting in between*;
-since publishes run on the same trio thread, no event can slip between the last page and the attach.
+published when the read began, until a read finds nothing new and nothing was published meanwhile,
+then attaches a bounded live buffer *without awaiting in between*; since publishes run on the same
+trio thread, no event can slip between the last page and the attach.
 
 Several processes may write one database: a commit this bus did not publish (a gap in seq at a
 publish, or a higher seq found by ``notice_foreign_commits``) sends every subscriber back to the store.
@@ -22,6 +23,7 @@ streaming then, one delta at offset 0 with the text published so far: the catch-
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -31,9 +33,10 @@ import attrs
 import structlog
 import trio
 
+from coordinator import errors
 from coordinator.clock import now_rfc3339
 from coordinator.events import Event, stream_truncated
-from coordinator.store import Reader, SqliteStore
+from coordinator.store import Reader, Store
 
 log = structlog.get_logger()
 
@@ -178,11 +181,42 @@ def truncation(reader: Reader, after: int) -> Event | None:
     return stream_truncated(reader.oldest_seq_after(after), now_rfc3339())
 
 
+@attrs.frozen(kw_only=True)
+class _Page:
+    """One read of the store for a subscription: its session still there, the events retention
+    deleted, and the next events."""
+
+    session_gone: bool
+    horizon: int
+    truncated: Event | None
+    events: list[Event]
+
+
+def _read_page(
+    reader: Reader,
+    *,
+    session_id: str | None,
+    after: int,
+    last: int,
+    horizon_seen: int,
+    stored_filter: str | None,
+    upto: int,
+) -> _Page:
+    if session_id is not None and reader.get_session(session_id) is None:
+        return _Page(session_gone=True, horizon=horizon_seen, truncated=None, events=[])
+    horizon = reader.event_horizon()
+    truncated = truncation(reader, last) if horizon > horizon_seen else None
+    events = reader.events_after(after, stored_filter, REPLAY_PAGE, upto=upto)
+    return _Page(session_gone=False, horizon=horizon, truncated=truncated, events=events)
+
+
 class Bus:
     """Fans committed events out to subscribers."""
 
-    def __init__(self, reader: Reader, *, live_buffer: int = LIVE_BUFFER) -> None:
-        self._reader = reader
+    def __init__(self, store: Store, published: int, *, live_buffer: int = LIVE_BUFFER) -> None:
+        """``published``: the seq of the last event already durable and committed (the store's
+        ``last_seq`` when the bus starts)."""
+        self._store = store
         # Weak: a subscription dropped without aclose() takes its buffer with it.
         self._live: weakref.WeakSet[_Live] = weakref.WeakSet()
         self._live_buffer = live_buffer
@@ -190,7 +224,7 @@ class Bus:
         self._open: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self.lagged = 0
         self.closed = False
-        self._highest = reader.last_seq()
+        self._highest = published
         self._streaming: dict[str, StreamingText] = {}
         # Deltas of a step whose start is committed but not yet durable, by that event's seq: they are
         # delivered right after it, so the text never overtakes the step's start, and the step never
@@ -293,13 +327,13 @@ class Bus:
         """The seq of the last event published (every event up to it is durable)."""
         return self._highest
 
-    async def notice_foreign_commits(self, store: SqliteStore) -> None:
+    async def notice_foreign_commits(self, store: Store) -> None:
         """Wake every subscriber to read the store if another process committed events since.
 
-        Their events are published only after this process has synced the WAL once more, which makes
-        them durable whoever wrote them.
+        Their events are published only after this process has synced the store once more, which
+        makes them durable whoever wrote them.
         """
-        last = self._reader.last_seq()
+        last = await store.read(lambda reader: reader.last_seq())
         if last <= max(self._highest, store.last_own_seq):
             return  # nothing, or only this process's own commits, which reach the bus by publish()
         await store.sync_now()
@@ -334,18 +368,20 @@ class Bus:
         after: int = 0,
         session_id: str | None = None,
         deltas: bool = False,
-        descendants: Iterable[str] | None = None,
+        descendants: bool = False,
+        must_exist: bool = False,
     ) -> Subscription:
         """Every event with seq > ``after`` (of one session, or all), replayed then live.
 
-        ``descendants``: the session's sub-agent sessions, whose events are wanted too (and those of
-        sub-agents created later).
+        ``descendants``: the events of the session's sub-agent sessions are wanted too (those known at
+        the first read, and those of sub-agents created later).
 
         Use as ``async for event in bus.subscribe(after=seq)``; it waits for new events once caught up
         and ends when the bus closes. With ``deltas`` the live part also carries live-only events
-        (``session.text.delta``, seq None), each attach starting with the catch-up.
+        (``session.text.delta``, seq None), each attach starting with the catch-up. With
+        ``must_exist``, the first ``__anext__`` raises ``SessionNotFound`` for an unknown session.
         """
-        subscription = Subscription(self, after, SessionSet(session_id, descendants), deltas)
+        subscription = Subscription(self, after, session_id, descendants, deltas, must_exist=must_exist)
         self._open.add(subscription)
         return subscription
 
@@ -358,10 +394,21 @@ class Subscription:
     finds it gone, or at once by ``aclose()``.
     """
 
-    def __init__(self, bus: Bus, after: int, sessions: SessionSet, deltas: bool = False) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        after: int,
+        session_id: str | None,
+        descendants: bool,
+        deltas: bool = False,
+        *,
+        must_exist: bool = False,
+    ) -> None:
         self._bus = bus
-        self._sessions = sessions
-        self._session_id = sessions.session_id
+        self._session_id = session_id
+        self._must_exist = must_exist
+        self._descendants = descendants
+        self._sessions: SessionSet | None = None  # resolved at the first read
         self._deltas = deltas
         self.last = after
         # How far the store has been read: past ``last`` when the events read were not wanted.
@@ -373,21 +420,30 @@ class Subscription:
         # deleted events since, maybe some this subscriber has not had (``stream.truncated``).
         self._horizon_seen = 0
         self._ended = False
+        self._look_for_deletion = False  # a session was deleted: is this one still there?
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Event:
-        """The next event. **Cancellation:** safe at any point; nothing is lost or delivered twice."""
+        """The next event. **Cancellation:** safe at any point; nothing is lost or delivered twice.
+
+        **Raises:** ``SessionNotFound`` (at the first) when the subscription's session does not exist.
+        """
         await trio.lowlevel.checkpoint()
+        if self._sessions is None:
+            self._sessions = await self._resolve()
         while True:
             event = self._next_nowait()
             if event is not None:
                 self._delivered(event)
                 return event
-            if self._live is None:
+            if self._ended:
                 self._bus._open.discard(self)
                 raise StopAsyncIteration
+            if self._live is None:
+                await self._read_store()
+                continue
             live = self._live
             live.wakeup = trio.Event()
             await live.wakeup.wait()
@@ -408,66 +464,97 @@ class Subscription:
             batch.append(event)
         return batch
 
+    async def _resolve(self) -> SessionSet:
+        """The sessions followed: all, one, or one with its sub-agents known now."""
+        session_id = self._session_id
+        if session_id is None:
+            return SessionSet(None)
+
+        def look(reader: Reader) -> tuple[bool, list[str] | None]:
+            family = reader.descendants(session_id) if self._descendants else None
+            return reader.get_session(session_id) is not None, family
+
+        exists, family = await self._bus._store.read(look)
+        if self._must_exist and not exists:
+            self._bus._open.discard(self)
+            raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
+        return SessionSet(session_id, family)
+
     def _delivered(self, event: Event) -> None:
         if event.seq is not None:  # a live-only delta does not move the resume point
             self.last = event.seq
             self._read = max(self._read, event.seq)
 
     def _next_nowait(self) -> Event | None:
-        """The next event already at hand, reading the store or attaching live as needed."""
+        """The next event already at hand (a page read from the store, the live buffer), or None:
+        then the store must be read (``_live`` is None), the live buffer waited on, or it ended."""
         bus = self._bus
-        while not self._ended:
-            if self._page_deletions != bus.deletions:
-                self._page.clear()  # it may hold events of a session deleted since it was read
-                self._read = self.last  # so it is read again from what was delivered
-                self._page_deletions = bus.deletions
-                if self._session_id is not None and bus._reader.get_session(self._session_id) is None:
-                    self._detach()
-                    self._ended = True  # its session was deleted
-                    return None
-            if self._page:
-                return self._page.popleft()
-            live = self._live
-            if live is not None:
-                if live.gone:
-                    self._detach()
-                    self._ended = True
-                    return None
-                while live.queue:
-                    event = live.pop()
-                    # ``after`` may lie ahead of what is committed yet
-                    if event.seq is None or event.seq > self._read:
-                        return event
-                if not (live.overflowed or live.stale or bus.closed):
-                    return None  # wait for a publish
-                self._detach()
-            truncated = self._truncation()
-            if truncated is not None:
-                return truncated
-            read = bus._reader.events_after(
-                self._read, self._sessions.stored_filter, REPLAY_PAGE, upto=bus._highest
-            )
-            if read:
-                self._read = read[-1].stored_seq
-                self._page.extend(event for event in read if self._sessions.wants(event))
-                continue
-            if bus.closed:
-                return None
-            # Caught up: attach now, with no await since the read above, so nothing is missed.
-            self._live = _Live(self._sessions, bus._live_buffer, self._deltas)
-            bus._live.add(self._live)
-            if self._deltas:
-                bus._catch_up(self._live)
+        if self._ended:
+            return None
+        if self._page_deletions != bus.deletions:
+            self._page.clear()  # it may hold events of a session deleted since it was read
+            self._read = self.last  # so it is read again from what was delivered
+            self._page_deletions = bus.deletions
+            self._detach()  # and whether its session is still there is read with it
+            self._look_for_deletion = True
+        if self._page:
+            return self._page.popleft()
+        live = self._live
+        if live is None:
+            return None
+        if live.gone:
+            self._detach()
+            self._ended = True
+            return None
+        while live.queue:
+            event = live.pop()
+            # ``after`` may lie ahead of what is committed yet
+            if event.seq is None or event.seq > self._read:
+                return event
+        if live.overflowed or live.stale or bus.closed:
+            self._detach()  # read the store from what was delivered
         return None
 
-    def _truncation(self) -> Event | None:
-        """``stream.truncated`` before a read of the store, when retention deleted events since the
-        last read (or, at the start, ever) and this subscriber had not had them all."""
-        horizon = self._bus._reader.event_horizon()
-        if horizon <= self._horizon_seen:
-            return None
-        self._horizon_seen = horizon
-        return truncation(self._bus._reader, self.last)
+    async def _read_store(self) -> None:
+        """Read the next page after what was read, or attach live once caught up. **Cancellation:**
+        safe: nothing of a page is taken before it is back."""
+        bus, sessions = self._bus, self._sessions
+        assert sessions is not None
+        upto = bus._highest
+        page = await bus._store.read(
+            functools.partial(
+                _read_page,
+                session_id=self._session_id if self._look_for_deletion else None,
+                after=self._read,
+                last=self.last,
+                horizon_seen=self._horizon_seen,
+                stored_filter=sessions.stored_filter,
+                upto=upto,
+            )
+        )
+        if page.session_gone:
+            self._ended = True  # its session was deleted
+            return
+        self._look_for_deletion = False
+        if page.truncated is not None:
+            self._horizon_seen = page.horizon
+            self._page.append(page.truncated)
+            return
+        self._horizon_seen = page.horizon
+        if page.events:
+            self._read = page.events[-1].stored_seq
+            self._page.extend(event for event in page.events if sessions.wants(event))
+            return
+        if bus.closed:
+            self._ended = True
+            return
+        if bus._highest != upto or self._page_deletions != bus.deletions:
+            return  # published (or deleted) while the page was read: read again
+        # Caught up: attach now, with no await since the check above, so nothing is missed.
+        self._live = _Live(sessions, bus._live_buffer, self._deltas)
+        bus._live.add(self._live)
+        if self._deltas:
+            bus._catch_up(self._live)
 
     def _detach(self) -> None:
         if self._live is not None:

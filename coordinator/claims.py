@@ -22,7 +22,7 @@ import trio
 
 from coordinator.errors import StoreError
 from coordinator.ids import new_id
-from coordinator.store import SqliteStore
+from coordinator.store import Store
 from coordinator.store.rows import InstanceRow
 
 log = structlog.get_logger()
@@ -94,7 +94,7 @@ class Liveness:
         return owner.host == self.me.host  # the same host booted again since: its processes are gone
 
 
-async def serve_heartbeat(store: SqliteStore, instance_id: str, lease: float) -> None:
+async def serve_heartbeat(store: Store, instance_id: str, lease: float) -> None:
     """Refresh this instance's heartbeat three times a lease, for ever.
 
     A failed beat (a busy or full disk) is logged and retried at the next one: the lease is three beats
@@ -103,7 +103,6 @@ async def serve_heartbeat(store: SqliteStore, instance_id: str, lease: float) ->
     while True:
         await trio.sleep(lease / 3)
         try:
-            async with store.transaction() as tx:
-                tx.beat(instance_id, time.time())
+            await store.write(lambda tx: tx.beat(instance_id, time.time()))
         except StoreError as exc:
             log.warning("heartbeat_failed", error=str(exc))

@@ -19,7 +19,7 @@ from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
-from coordinator.store import Transaction
+from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
 log = structlog.get_logger()
@@ -43,22 +43,28 @@ def _text(value: object, what: str, *, empty_ok: bool, limit: int = MAX_TEXT) ->
 async def create_session(runtime: Runtime, title: str) -> Session:
     title = _text(title, "title", empty_ok=True, limit=MAX_TITLE)
     session_id = new_id("ses")
-    async with runtime.store.transaction() as tx:
+
+    def create(tx: Transaction) -> Session:
         tx.insert_session(session_id, title, now_rfc3339())
         session = tx.get_session(session_id)
         assert session is not None
         tx.emit(events.session_created(session))
-    return session
+        return session
+
+    return await runtime.store.write(create)
 
 
 async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
     text = _text(text, "text", empty_ok=False)
     turn_id = new_id("turn")
-    async with runtime.store.transaction() as tx:
+
+    def queue(tx: Transaction) -> None:
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
         # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
         _existing(tx, session_id)
         tx.insert_turn(turn_id, session_id, text, now_rfc3339())
+
+    await runtime.store.write(queue)
     return turn_id
 
 
@@ -70,12 +76,15 @@ async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
     **Raises:** ``SessionNotFound``; ``SessionBusy`` (nothing changed) while a turn of the session or
     of one of its sub-agents is queued, running, stopping or suspended, or a claim is still held.
     """
-    async with runtime.store.transaction() as tx:
+
+    def delete(tx: Transaction) -> tuple[list[str], int]:
         _existing(tx, session_id)
         sessions = [session_id, *tx.descendants(session_id)]
         for each in sessions:
             _refuse_if_busy(tx, each, session_id)
-        deleted = sum(tx.delete_session(each) for each in reversed(sessions))
+        return sessions, sum(tx.delete_session(each) for each in reversed(sessions))
+
+    sessions, deleted = await runtime.store.write(delete)
     log.info("session_deleted", session_id=session_id, sub_agents=len(sessions) - 1, events=deleted)
     return sessions
 
@@ -107,11 +116,15 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
     if by not in ("api", "embedder"):
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt.by_person(by)  # type: ignore[arg-type]
-    async with runtime.store.transaction() as tx:
+
+    def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None]:
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
         turn = tx.interruptible_turn(session_id)
-        live = None if turn is None else runtime.turns.get(turn.id)
-        stop = None if turn is None else stops.decide_in(tx, turn.id, reason, live=live)
+        if turn is None:
+            return None, None
+        return turn, stops.decide_in(tx, turn.id, reason, live=runtime.turns.get(turn.id))
+
+    turn, stop = await runtime.store.write(decide)
     if turn is None or stop is None:
         return False
     stops.apply(runtime, turn.id, stop)
@@ -126,8 +139,8 @@ async def reply_permission(
         raise errors.InvalidRequest(message=f"decision must be one of once, always, reject; got {decision!r}")
     if message is not None and not isinstance(message, str):
         raise errors.InvalidRequest(message="message must be a string")
-    stop: StopReason | None = None
-    async with runtime.store.transaction() as tx:
+
+    def reply(tx: Transaction) -> tuple[PermissionRequest, str, list[PermissionRequest], StopReason | None]:
         _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
@@ -136,10 +149,13 @@ async def reply_permission(
         assert replied is not None
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
+        stop = None
         if decision == "reject" and not message:
-            stop = stops.decide_in(
-                tx, turn_id, Declined.by_permission(request.call_id), live=runtime.turns.get(turn_id)
-            )
+            declined = Declined.by_permission(request.call_id)
+            stop = stops.decide_in(tx, turn_id, declined, live=runtime.turns.get(turn_id))
+        return replied, turn_id, also, stop
+
+    replied, turn_id, also, stop = await runtime.store.write(reply)
     runtime.waits.resolve(request_id, _replied(decision, message))
     for other in also:
         runtime.waits.resolve(other.id, _replied("always", None))
@@ -165,13 +181,17 @@ async def resume(runtime: Runtime, session_id: str) -> TurnRow:
 
     **Raises:** ``NothingToResume`` when no turn of the session is parked; ``CoordinatorClosed``.
     """
-    async with runtime.store.transaction() as tx:
+
+    def release(tx: Transaction) -> TurnRow:
         _refuse_if_closing(runtime)
         turn = tx.parked_turn(session_id)
         if turn is None or not tx.release_parked(turn.id):
             raise errors.NothingToResume(
                 message=f"session {session_id!r} has no suspended turn to resume", session_id=session_id
             )
+        return turn
+
+    turn = await runtime.store.write(release)
     log.info("resume_requested", session_id=session_id, turn_id=turn.id)
     return turn
 
@@ -213,7 +233,8 @@ def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest)
 
 
 async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any]) -> Form:
-    async with runtime.store.transaction() as tx:
+
+    def submit(tx: Transaction) -> Form:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         _validate_answers(form, answers)
@@ -221,13 +242,16 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
         submitted = tx.get_form(form_id)
         assert submitted is not None
         tx.emit(events.form_submitted(submitted))
+        return submitted
+
+    submitted = await runtime.store.write(submit)
     runtime.waits.resolve(form_id, submitted)
     return submitted
 
 
 async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message: str | None) -> Form:
-    stop: StopReason | None = None
-    async with runtime.store.transaction() as tx:
+
+    def dismiss(tx: Transaction) -> tuple[Form, str, StopReason | None]:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _form_turn(tx, form_id)
@@ -235,10 +259,14 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
         tx.emit(events.form_cancelled(cancelled))
+        stop = None
         if not message:
             stop = stops.decide_in(
                 tx, turn_id, Declined.by_form(form.call_id), live=runtime.turns.get(turn_id)
             )
+        return cancelled, turn_id, stop
+
+    cancelled, turn_id, stop = await runtime.store.write(dismiss)
     runtime.waits.resolve(form_id, cancelled)
     if stop is not None:
         stops.apply(runtime, turn_id, stop)
@@ -280,21 +308,36 @@ def _validate_answers(form: Form, answers: dict[str, Any]) -> None:
         raise errors.InvalidRequest(message="; ".join(problems))
 
 
-def apply_remote_decisions(runtime: Runtime) -> None:
+async def apply_remote_decisions(runtime: Runtime) -> None:
     """Apply what another process committed for the turns and waits that run here.
 
     Several coordinator processes may share a database: a reply or an interrupt may be committed by a
-    process that does not run the turn. Its intent is durable; this makes it take effect here.
+    process that does not run the turn. Its intent is durable; this makes it take effect here. One
+    read of the store for every live turn and wait; applied on the trio thread.
     """
-    read = runtime.store.read
-    for turn in list(runtime.turns.values()):
-        stops.apply_committed(turn, read.get_turn(turn.turn_id))
-    for wait_id in list(runtime.waits.by_id):
-        request = read.get_permission(wait_id)
+    turn_ids, wait_ids = list(runtime.turns), list(runtime.waits.by_id)
+    rows, answers = await runtime.store.read(lambda reader: _committed_decisions(reader, turn_ids, wait_ids))
+    for row in rows:
+        live = runtime.turns.get(row.id)
+        if live is not None:
+            stops.apply_committed(live, row)
+    for wait_id, answer in answers.items():
+        runtime.waits.resolve(wait_id, answer)
+
+
+def _committed_decisions(
+    reader: Reader, turn_ids: list[str], wait_ids: list[str]
+) -> tuple[list[TurnRow], dict[str, Any]]:
+    """The live turns as stored, and the answers stored for live waits (a reply, a form's answer)."""
+    rows = [row for row in (reader.get_turn(turn_id) for turn_id in turn_ids) if row is not None]
+    answers: dict[str, Any] = {}
+    for wait_id in wait_ids:
+        request = reader.get_permission(wait_id)
         if request is not None and request.status == "replied" and request.decision is not None:
-            row = read.permission_wait_row(wait_id)
-            runtime.waits.resolve(wait_id, _replied(request.decision, None if row is None else row.message))
+            row = reader.permission_wait_row(wait_id)
+            answers[wait_id] = _replied(request.decision, None if row is None else row.message)
             continue
-        form = read.get_form(wait_id)
+        form = reader.get_form(wait_id)
         if form is not None and form.status in ("submitted", "cancelled"):
-            runtime.waits.resolve(wait_id, form)
+            answers[wait_id] = form
+    return rows, answers

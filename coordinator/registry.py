@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import attrs
 import structlog
 import trio
 
@@ -12,7 +13,8 @@ from actors.context import Runtime, Takeover
 from actors.session import SessionHandle
 from coordinator import decisions
 from coordinator.claims import Liveness
-from coordinator.store.rows import TurnRow
+from coordinator.store import Reader, Transaction
+from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
 log = structlog.get_logger()
 
@@ -57,18 +59,20 @@ class Registry:
         policy; a stop decided before the crash is settled either way. Returns the session ids started.
         A turn whose owner is alive (another process) is left alone.
         """
-        read = self._runtime.store.read
-        parked = read.parked_turn_ids()
-        asked = read.resume_asked_turn_ids()  # by a resume whose instance died before its takeover
+        found = await self._runtime.store.read(_recovery_view)
         manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
-        for turn in read.unfinished_turns():
-            takeover = self._takeover_of(turn, liveness)
+        for turn, claim, owner in found.unfinished:
+            takeover = _takeover_of(turn, claim, owner, liveness)
             # A session whose actor lives here is taken over by it already (a resume just asked).
             if takeover is None or turn.session_id in self._actors:
                 continue
-            if turn.status != "stopping" and turn.id not in asked and (turn.id in parked or manual):
-                if turn.id not in parked:
+            if (
+                turn.status != "stopping"
+                and turn.id not in found.asked
+                and (turn.id in found.parked or manual)
+            ):
+                if turn.id not in found.parked:
                     await self._park(turn, takeover)
                 continue
             self._takeovers[turn.id] = takeover
@@ -80,40 +84,16 @@ class Registry:
                 after=takeover.after,
             )
             started.append(turn.session_id)
-        for session_id in [*started, *read.sessions_with_queued_turns()]:
+        for session_id in [*started, *found.queued]:
             self.ensure_running(session_id)
         return started
-
-    def _takeover_of(self, turn: TurnRow, liveness: Liveness) -> Takeover | None:
-        """How ``turn`` is taken over, or None while its owner lives (and runs it)."""
-        read = self._runtime.store.read
-        claim = read.get_claim(turn.session_id)
-        owner = None if claim is None or claim.owner is None else read.get_instance(claim.owner)
-        # A suspended turn whose claim is held again is being resumed by that owner (between its
-        # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
-        suspended = claim is not None and claim.state == "suspended"
-        if not suspended and not liveness.owner_is_dead(owner):
-            return None
-        after = "shutdown" if turn.status == "suspended" else "crash"
-        return Takeover(previous_owner=None if claim is None else claim.owner, after=after)
 
     async def _park(self, turn: TurnRow, takeover: Takeover) -> None:
         """Leave ``turn`` suspended for a manual resume, in one transaction: a crashed turn's claim,
         held by its dead owner, becomes suspended (compare-and-set), and the processes its running
         calls started are killed, since no one watches them now (a resume fails those calls)."""
-        async with self._runtime.store.transaction() as tx:
-            current = tx.get_turn(turn.id)
-            if current is None or current.status not in ("running", "suspended"):
-                return
-            if current.status == "running":
-                if not tx.suspend_dead_claim(turn.session_id, takeover.previous_owner):
-                    return  # another instance took it over meanwhile
-                for call in tx.tool_calls_of_turn(turn.id):
-                    if call.status == "running":
-                        settlement.kill_left_process_group(tx, call)
-            if not tx.park_turn(turn.id):
-                return
-        log.info("turn_parked", session_id=turn.session_id, turn_id=turn.id, after=takeover.after)
+        if await self._runtime.store.write(lambda tx: _park_in(tx, turn, takeover)):
+            log.info("turn_parked", session_id=turn.session_id, turn_id=turn.id, after=takeover.after)
 
     async def resume(self, session_id: str) -> str:
         """Resume the session's parked turn now, exactly as a start would; returns its id.
@@ -121,7 +101,7 @@ class Registry:
         **Raises:** ``NothingToResume``, ``CoordinatorClosed``.
         """
         turn = await decisions.resume(self._runtime, session_id)
-        claim = self._runtime.store.read.get_claim(session_id)
+        claim = await self._runtime.store.read(lambda reader: reader.get_claim(session_id))
         after = "shutdown" if turn.status == "suspended" else "crash"
         self._takeovers[turn.id] = Takeover(
             previous_owner=None if claim is None else claim.owner, after=after
@@ -130,13 +110,13 @@ class Registry:
         self.ensure_running(session_id)
         return turn.id
 
-    def settle_decided_stop(self, session_id: str) -> None:
+    async def settle_decided_stop(self, session_id: str) -> None:
         """Settle now a stop just committed for a turn no actor runs (an interrupt of a parked turn, a
         reject or a dismissal of one of its waits), rather than at the watch's next look: its waits are
         revoked, its calls fail, then the terminal event and ``session.idle``."""
-        read = self._runtime.store.read
-        turn = read.next_turn(session_id)
-        claim = read.get_claim(session_id)
+        turn, claim = await self._runtime.store.read(
+            lambda reader: (reader.next_turn(session_id), reader.get_claim(session_id))
+        )
         if turn is None or turn.status != "stopping" or claim is None or claim.state != "suspended":
             return
         if session_id in self._actors:
@@ -154,7 +134,7 @@ class Registry:
                 return
             try:
                 await self.recover(liveness)
-                decisions.apply_remote_decisions(self._runtime)
+                await decisions.apply_remote_decisions(self._runtime)
                 await self._runtime.bus.notice_foreign_commits(self._runtime.store)
             except Exception as exc:  # a busy database: look again at the next tick
                 log.warning("watch_failed", exc_info=exc)
@@ -181,3 +161,56 @@ class Registry:
             handle.shutdown()
         for handle in actors:
             await handle.done.wait()
+
+
+@attrs.frozen
+class _RecoveryView:
+    """What a recovery reads, in one read: each unfinished turn with its claim and owner, the turns
+    parked or asked to resume, and the sessions with a queued turn and no claim."""
+
+    unfinished: list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]
+    parked: set[str]
+    asked: set[str]  # by a resume whose instance died before its takeover
+    queued: list[str]
+
+
+def _recovery_view(reader: Reader) -> _RecoveryView:
+    unfinished = []
+    for turn in reader.unfinished_turns():
+        claim = reader.get_claim(turn.session_id)
+        owner = None if claim is None or claim.owner is None else reader.get_instance(claim.owner)
+        unfinished.append((turn, claim, owner))
+    return _RecoveryView(
+        unfinished=unfinished,
+        parked=reader.parked_turn_ids(),
+        asked=reader.resume_asked_turn_ids(),
+        queued=reader.sessions_with_queued_turns(),
+    )
+
+
+def _takeover_of(
+    turn: TurnRow, claim: ClaimRow | None, owner: InstanceRow | None, liveness: Liveness
+) -> Takeover | None:
+    """How ``turn`` is taken over, or None while its owner lives (and runs it)."""
+    # A suspended turn whose claim is held again is being resumed by that owner (between its
+    # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
+    suspended = claim is not None and claim.state == "suspended"
+    if not suspended and not liveness.owner_is_dead(owner):
+        return None
+    after = "shutdown" if turn.status == "suspended" else "crash"
+    return Takeover(previous_owner=None if claim is None else claim.owner, after=after)
+
+
+def _park_in(tx: Transaction, turn: TurnRow, takeover: Takeover) -> bool:
+    """The parking transaction: True when the turn was parked (its claim suspended if it crashed,
+    and the process groups its running calls left killed, since no one watches them now)."""
+    current = tx.get_turn(turn.id)
+    if current is None or current.status not in ("running", "suspended"):
+        return False
+    if current.status == "running":
+        if not tx.suspend_dead_claim(turn.session_id, takeover.previous_owner):
+            return False  # another instance took it over meanwhile
+        for call in tx.tool_calls_of_turn(turn.id):
+            if call.status == "running":
+                settlement.kill_left_process_group(tx, call)
+    return tx.park_turn(turn.id)

@@ -8,18 +8,19 @@ takes at most an eleventh of the trio thread. Events of a turn that has begun an
 settled are kept (``Deletions.prune_events``); the pass ends at the first event young enough to keep.
 After a pass that deleted something, freed pages beyond a slack of ``SLACK`` of the file go back to the
 file system in small steps of ``VACUUM_PAGES`` in the store's sync thread
-(``SqliteStore.reclaim_space``).
+(``Store.reclaim_space``).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import structlog
 import trio
 
 from coordinator.errors import StoreError
-from coordinator.store import SqliteStore
+from coordinator.store import PruneBatch, Store, Transaction
 
 log = structlog.get_logger()
 
@@ -59,7 +60,7 @@ def cutoff_of(keep_days: float, now: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{int((moment - second) * 1000):03d}Z"
 
 
-async def serve_retention(store: SqliteStore, keep_days: float) -> None:
+async def serve_retention(store: Store, keep_days: float) -> None:
     """For ever: a pass now, then one every ``pass_interval(keep_days)``.
 
     A pass that fails (a busy or full disk) is logged and tried again at the next interval.
@@ -72,7 +73,7 @@ async def serve_retention(store: SqliteStore, keep_days: float) -> None:
         await trio.sleep(pass_interval(keep_days))
 
 
-async def prune(store: SqliteStore, keep_days: float) -> int:
+async def prune(store: Store, keep_days: float) -> int:
     """One pass: delete the events of settled turns older than ``keep_days``, then give the freed space
     back. Returns how many events were deleted (0 at once when ``keep_days`` is 0: keep all).
 
@@ -87,8 +88,7 @@ async def prune(store: SqliteStore, keep_days: float) -> int:
     deleted, after, started = 0, 0, time.monotonic()
     while True:
         batch_started = time.perf_counter()
-        async with store.transaction() as tx:
-            batch = tx.prune_events(cutoff, after, BATCH_EVENTS)
+        batch = await store.write(functools.partial(_prune_batch, cutoff, after))
         deleted += batch.deleted
         after = batch.scanned_to
         if batch.finished:
@@ -101,6 +101,10 @@ async def prune(store: SqliteStore, keep_days: float) -> int:
     return deleted
 
 
+def _prune_batch(cutoff: str, after: int, tx: Transaction) -> PruneBatch:
+    return tx.prune_events(cutoff, after, BATCH_EVENTS)
+
+
 def _pause_after(batch_seconds: float) -> float:
     """The pause after a batch that took ``batch_seconds``: ``YIELD_FACTOR`` times as long, so that
     a pass takes at most an eleventh of the trio thread whatever the machine's speed (a loaded machine
@@ -109,7 +113,7 @@ def _pause_after(batch_seconds: float) -> float:
     return max(PAUSE_SECONDS, YIELD_FACTOR * batch_seconds)
 
 
-async def reclaim(store: SqliteStore) -> int:
+async def reclaim(store: Store) -> int:
     """Give free pages back to the file system, ``VACUUM_PAGES`` at a time, until no more than
     ``SLACK`` of the file is free; returns the free pages left (-1: another writer held the lock,
     the next pass goes on).
@@ -119,7 +123,7 @@ async def reclaim(store: SqliteStore) -> int:
     what a large prune freed beyond the working set.
     """
     while True:
-        free, total = store.read.page_counts()
+        free, total = await store.read(lambda reader: reader.page_counts())
         if free <= max(MIN_SLACK_PAGES, int(total * SLACK)):
             return free
         left = await store.reclaim_space(VACUUM_PAGES)

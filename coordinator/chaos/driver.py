@@ -96,7 +96,7 @@ class Driver:
                 if self.teardown is not None and self.teardown.done.is_set():
                     return self.teardown.kind
                 if self.record.discovering:
-                    self.record.discover(self.coord.store.read)
+                    self.record.discover(self.watch.view)
                 settled = self._all_settled()
                 if not settled:
                     self.settled_since = None
@@ -137,13 +137,13 @@ class Driver:
         await self.coord.shutdown()
 
     def _all_settled(self) -> bool:
-        read = self.coord.store.read
+        read = self.watch.view
         return all(
             (row := read.get_turn(t)) is not None and row.status == "settled" for t in self.record.turns
         )
 
     def _unsettled(self) -> dict[str, str]:
-        read = self.coord.store.read
+        read = self.watch.view
         rows = {t: read.get_turn(t) for t in self.record.turns}
         return {t: row.status for t, row in rows.items() if row is not None and row.status != "settled"}
 
@@ -258,7 +258,7 @@ class Driver:
     def _check_declined(self, kind: str, wait_id: str, park: Park) -> None:
         """A decline without a message, accepted, has stopped its turn (durably), or found it stopping
         (durably, or in memory for a final reason that records no intent: an internal error)."""
-        read = self.coord.store.read
+        read = self.watch.view
         wait = read.permission_wait_row(wait_id) if kind == "permission" else read.form_wait_row(wait_id)
         row = None if wait is None else read.get_turn(wait.turn_id)
         reason = park.turn.handle.reason if row is not None and park.turn.turn_id == row.id else None
@@ -270,7 +270,7 @@ class Driver:
             self.record.violate(1, message)
 
     def _decline_target(self, park: Park) -> tuple[str, str, bool] | None:
-        read = self.coord.store.read
+        read = self.watch.view
         if park.wait_id is not None:
             return (
                 "permission" if park.injection.checkpoint == "permission.wait" else "form",

@@ -40,6 +40,7 @@ from coordinator.chaos.faults import (
 from coordinator.chaos.record import Applied, RunRecord
 from coordinator.checkpoints import PLUGIN_AWAIT
 from coordinator.errors import ModelError
+from coordinator.store import Reader
 
 WAITS = {"permission.wait": "permission.asked", "form.wait": "form.asked"}
 
@@ -79,8 +80,7 @@ CROWDED_WAIT_RATE = 0.7
 CROWDED_FAULTS = ("interrupt", "decline", "deadline", *FAULT_KINDS)
 
 
-def _pending_waits(turn: TurnScope) -> int:
-    read = turn.runtime.store.read
+def _pending_waits(read: Reader, turn: TurnScope) -> int:
     return len(read.pending_permissions(turn_id=turn.turn_id)) + len(read.pending_forms(turn_id=turn.turn_id))
 
 
@@ -114,6 +114,7 @@ class Phase:
     park: Callable[[Park], None]
     job: Callable[[Job], None]
     fail_next_commit: Callable[[Injection, TurnScope], bool]
+    view: Reader  # the store as committed, read with no await
     open: bool = True
 
 
@@ -198,7 +199,7 @@ class ChaosInjector:
         if self._schedule is not None:
             found = self._schedule.get(self.occurrence)
             return found if found is not None and found.checkpoint == name else None
-        crowded = name in WAITS and _pending_waits(turn) > 1
+        crowded = name in WAITS and self.phase is not None and _pending_waits(self.phase.view, turn) > 1
         if self.budget <= 0 or self._rng.random() >= (CROWDED_WAIT_RATE if crowded else rate_of(name)):
             return None
         self.budget -= 1
@@ -263,7 +264,8 @@ class ChaosInjector:
         """The request or form the actor at a wait checkpoint just opened: the last committed event."""
         if name not in WAITS:
             return None
-        read = turn.runtime.store.read
+        assert self.phase is not None
+        read = self.phase.view
         last = read.events_after(read.last_seq() - 1)
         if not last or last[0].type != WAITS[name]:
             return None

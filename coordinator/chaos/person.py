@@ -38,7 +38,7 @@ async def _answer_once(coord: Coordinator, job: Job) -> None:
     if job.choice == "feedback":
         await coord.dismiss_form(job.session_id, job.wait_id, "chaos: ask me later")
         return
-    form = coord.store.read.get_form(job.wait_id)
+    form = await coord.store.read(lambda reader: reader.get_form(job.wait_id))
     if form is not None:
         answers = {q.id: (q.options[0] if q.options else "because") for q in form.questions}
         await coord.submit_form(job.session_id, job.wait_id, answers)

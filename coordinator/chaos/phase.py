@@ -20,7 +20,7 @@ from coordinator.chaos.record import PhaseRecord, read_view
 from coordinator.chaos.scenario import ScenarioRun, run_scenario
 from coordinator.chaos.watch import CommitWatch, check_bus, check_tasks, subscribe_all
 from coordinator.events import Event
-from coordinator.store import open_store
+from coordinator.store import Reader, open_read_view
 
 
 async def run_phase(state: RunState, number: int) -> PhaseRecord:
@@ -35,8 +35,8 @@ async def run_phase(state: RunState, number: int) -> PhaseRecord:
             state.injector.phase.open = False
         state.injector.phase = None
     check_tasks(state.record, number)
-    with open_store(state.world.config.server.db) as store:
-        view = read_view(store.read, state.record.sessions, list(state.record.turns))
+    with open_read_view(state.world.config.server.db) as reader:
+        view = read_view(reader, state.record.sessions, list(state.record.turns))
     # The driver shuts a wedged coordinator down (turns still running are suspended), and leaving
     # ``open_coordinator`` after the coordinator failed does the same. A phase that is done has
     # nothing left to suspend.
@@ -65,43 +65,53 @@ class PhaseOutcome:
 
 
 async def _drive_coordinator(state: RunState, number: int, outcome: PhaseOutcome) -> None:
-    send, receive = trio.open_memory_channel[Any](math.inf)
-    jobs_send, jobs_receive = trio.open_memory_channel[Job](math.inf)
     config = state.world.config
     async with open_coordinator(
         config, model=state.model, synchronous="normal", injector=state.injector
     ) as coord:
-        watch = CommitWatch(
-            state.record, coord.store, number, lambda: send.send_nowait(TICK), ledger=state.ledger
-        )
-        state.injector.phase = Phase(
-            number=number,
-            park=send.send_nowait,
-            job=jobs_send.send_nowait,
-            fail_next_commit=watch.arm_failure,
-        )
-        outcome.instance_id, outcome.first_seq = coord.instance_id, coord.store.read.last_seq()
-        seen: list[Event] = []
-        async with trio.open_nursery() as nursery:
-            responder, subscriber = trio.CancelScope(), trio.CancelScope()
-            nursery.start_soon(respond, coord, jobs_receive, responder)
-            nursery.start_soon(subscribe_all, coord, outcome.first_seq, seen, subscriber)
-            scenario = None
-            if number == 0 and state.world.scenario is not None:
-                scenario = ScenarioRun()
-                user = state.world.scenario
-                nursery.start_soon(run_scenario, user, coord, scenario, state.record, watch.tick)
-            elif number == 0:
-                await _start_sessions(state, coord)
-            outcome.end = await Driver(state, coord, number, receive, watch, scenario).drive()
-            outcome.store_failed = watch.fired
-            if scenario is not None:
-                scenario.scope.cancel()
-            responder.cancel()
-            if outcome.end == "stuck":
-                subscriber.cancel()
-        if outcome.end != "stuck":
-            check_bus(state.record, coord, outcome.first_seq, seen)
+        # The checks read the store with no await (so the run's schedule is the same with them or
+        # without): on a read connection of their own, which sees every commit once it is made.
+        with open_read_view(config.server.db) as view:
+            await _drive_open_coordinator(state, number, outcome, coord, view)
+
+
+async def _drive_open_coordinator(
+    state: RunState, number: int, outcome: PhaseOutcome, coord: Coordinator, view: Reader
+) -> None:
+    send, receive = trio.open_memory_channel[Any](math.inf)
+    jobs_send, jobs_receive = trio.open_memory_channel[Job](math.inf)
+    watch = CommitWatch(
+        state.record, coord.store, view, number, lambda: send.send_nowait(TICK), ledger=state.ledger
+    )
+    state.injector.phase = Phase(
+        number=number,
+        park=send.send_nowait,
+        job=jobs_send.send_nowait,
+        fail_next_commit=watch.arm_failure,
+        view=view,
+    )
+    outcome.instance_id, outcome.first_seq = coord.instance_id, view.last_seq()
+    seen: list[Event] = []
+    async with trio.open_nursery() as nursery:
+        responder, subscriber = trio.CancelScope(), trio.CancelScope()
+        nursery.start_soon(respond, coord, jobs_receive, responder)
+        nursery.start_soon(subscribe_all, coord, outcome.first_seq, seen, subscriber)
+        scenario = None
+        if number == 0 and state.world.scenario is not None:
+            scenario = ScenarioRun()
+            user = state.world.scenario
+            nursery.start_soon(run_scenario, user, coord, scenario, state.record, watch.tick)
+        elif number == 0:
+            await _start_sessions(state, coord)
+        outcome.end = await Driver(state, coord, number, receive, watch, scenario).drive()
+        outcome.store_failed = watch.fired
+        if scenario is not None:
+            scenario.scope.cancel()
+        responder.cancel()
+        if outcome.end == "stuck":
+            subscriber.cancel()
+    if outcome.end != "stuck":
+        check_bus(state.record, view, outcome.first_seq, seen)
 
 
 async def _start_sessions(state: RunState, coord: Coordinator) -> None:

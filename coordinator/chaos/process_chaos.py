@@ -31,7 +31,7 @@ from coordinator.chaos.invariants import check_run
 from coordinator.chaos.known import explain
 from coordinator.chaos.record import PhaseRecord, RunRecord, read_view
 from coordinator.client import CoordinatorClient
-from coordinator.store import open_store
+from coordinator.store import open_read_view
 
 CONFIG = """\
 [server]
@@ -176,8 +176,8 @@ async def _live(record: RunRecord, folder: Path, life: int, sent: str | None, rn
 
 
 def _read(db: Path, reader: Any) -> Any:
-    with open_store(str(db)) as store:
-        return reader(store.read)
+    with open_read_view(str(db)) as view:
+        return reader(view)
 
 
 async def _start(folder: Path, log: Any) -> tuple[trio.Process, str]:

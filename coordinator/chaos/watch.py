@@ -18,7 +18,7 @@ from coordinator.chaos.faults import Injection
 from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.record import Intent, RunRecord
 from coordinator.events import Event
-from coordinator.store import SqliteStore
+from coordinator.store import Reader, Store
 
 TERMINALS = frozenset(
     {"session.execution.succeeded", "session.execution.interrupted", "session.execution.failed"}
@@ -40,7 +40,8 @@ class CommitWatch:
     def __init__(
         self,
         record: RunRecord,
-        store: SqliteStore,
+        store: Store,
+        view: Reader,
         phase: int,
         tick: Callable[[], None],
         ledger: ProcessLedger | None = None,
@@ -48,6 +49,7 @@ class CommitWatch:
         self.record = record
         self.ledger = ledger
         self.store = store
+        self.view = view  # the store as committed, read with no await (phase.py)
         self.phase = phase
         self.tick = tick
         self.fail_next: type[errors.StoreError] | None = None
@@ -65,13 +67,13 @@ class CommitWatch:
     def disarm(self) -> None:
         self.fail_next = None
 
-    def before_commit(self) -> None:
+    def before_commit(self, read: Reader) -> None:
+        """Inside the transaction, with its view: an injected failure, or the intents it records."""
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             self.fired = True
-            self.record.failed_turns |= self.record.live_turns() | self._running_turns()
+            self.record.failed_turns |= self.record.live_turns() | self._running_turns(read)
             raise error("chaos: injected store failure")
-        read = self.store.read
         if self.record.discovering:
             self.record.discover(read)
         for turn_id in self.record.live_turns() - set(self.record.intents):
@@ -81,10 +83,9 @@ class CommitWatch:
                     reason=row.stop_reason, phase=self.phase, seq=read.last_seq()
                 )
 
-    def _running_turns(self) -> set[str]:
+    def _running_turns(self, read: Reader) -> set[str]:
         """Turns running in the store: one may run before the driver learned its id, since
         ``prompt()`` answers only once the prompt is durable."""
-        read = self.store.read
         return {row.id for s in self.record.sessions if (row := read.running_turn(s)) is not None}
 
     def on_commit(self, events: Sequence[Event]) -> None:
@@ -113,7 +114,7 @@ class CommitWatch:
             self.tick()
 
     def _check_settled(self, event: Event) -> None:
-        read, turn_id, session_id = self.store.read, event.payload["turn_id"], str(event.session_id)
+        read, turn_id, session_id = self.view, event.payload["turn_id"], str(event.session_id)
         self.record.settled.add(turn_id)
         row = read.get_turn(turn_id)
         if row is None or row.status != "settled":
@@ -133,7 +134,7 @@ class CommitWatch:
             self.record.violate(4, f"seq {event.seq}: {turn_id} ended with {self._wait(wait_id)} pending")
 
     def _check_suspended(self, event: Event) -> None:
-        read, turn_id = self.store.read, event.payload["turn_id"]
+        read, turn_id = self.view, event.payload["turn_id"]
         row = read.get_turn(turn_id)
         claim = read.get_claim(str(event.session_id))
         if row is None or row.status != "suspended" or claim is None or claim.state != "suspended":
@@ -144,7 +145,7 @@ class CommitWatch:
             )
 
     def _check_call(self, event: Event) -> None:
-        read, session_id, call_id = self.store.read, str(event.session_id), event.payload["call_id"]
+        read, session_id, call_id = self.view, str(event.session_id), event.payload["call_id"]
         request = read.pending_permission_of_call(session_id, call_id)
         form = read.pending_form_of_call(session_id, call_id)
         error = event.payload.get("error")
@@ -163,7 +164,7 @@ class CommitWatch:
         return f"its wait {wait_id} (asked by coordinator {asked}{kept})"
 
     def _check_idle(self, event: Event) -> None:
-        session = self.store.read.get_session(str(event.session_id))
+        session = self.view.get_session(str(event.session_id))
         outcome = event.payload["outcome"]
         if session is None or session.last_outcome != outcome:
             seen = None if session is None else session.last_outcome
@@ -177,9 +178,9 @@ async def subscribe_all(coord: Coordinator, after: int, seen: list[Event], scope
             seen.append(event)
 
 
-def check_bus(record: RunRecord, coord: Coordinator, first_seq: int, seen: list[Event]) -> None:
+def check_bus(record: RunRecord, view: Reader, first_seq: int, seen: list[Event]) -> None:
     """The live subscription delivered exactly what the phase committed, in order."""
-    stored = coord.store.read.events_after(first_seq, limit=100_000)
+    stored = view.events_after(first_seq, limit=100_000)
     if [e.seq for e in seen] != [e.seq for e in stored]:
         record.violate(
             7, f"the subscriber saw seqs {[e.seq for e in seen]}, the store has {[e.seq for e in stored]}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -57,12 +57,9 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-class HistoryReader(Protocol):
-    """The store's read of a history's tail (``Reader.history_after``)."""
-
-    def history_after(
-        self, session_id: str, after_ord: int
-    ) -> tuple[list[StoredMessage], dict[str, str | None]]: ...
+HistoryTail = Callable[[int], Awaitable[tuple[list[StoredMessage], dict[str, str | None]]]]
+"""Reads a session's messages after the ``ord`` given, and their calls' model ids, from the store
+(``Reader.history_after``)."""
 
 
 # The budget of every session's kept conversation together, in estimated bytes, and the estimate's
@@ -106,10 +103,15 @@ class Conversations:
         """The estimated bytes kept, every session together."""
         return self._size
 
-    def request_messages(self, reader: HistoryReader, session_id: str, epoch: int) -> tuple[ChatMessage, ...]:
-        """The session's conversation as a step of a turn holding the claim at ``epoch`` sends it."""
+    async def request_messages(
+        self, tail: HistoryTail, session_id: str, epoch: int
+    ) -> tuple[ChatMessage, ...]:
+        """The session's conversation as a step of a turn holding the claim at ``epoch`` sends it.
+
+        **Cancellation:** safe: what was kept is dropped, and the next step reads it in full.
+        """
         kept = self._take(session_id, epoch)
-        stored, model_ids = reader.history_after(session_id, kept.last_ord)
+        stored, model_ids = await tail(kept.last_ord)
         settled = 0
         while settled < len(stored) and stored[settled].turn_settled:
             settled += 1

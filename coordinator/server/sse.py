@@ -10,6 +10,7 @@ never waits for a subscriber, and what queued up meanwhile goes out as one chunk
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections import OrderedDict
 
@@ -20,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from coordinator._coordinator import Coordinator
 from coordinator.bus import SessionSet, truncation
 from coordinator.events import STREAM_TRUNCATED, Event
+from coordinator.store import Reader
 
 KEEPALIVE_SECONDS = 15.0
 """Idle seconds after which a ``: keep-alive`` comment is sent."""
@@ -121,18 +123,21 @@ class EventStream:
 
     async def _send_stored(self, send: Send) -> None:
         """Send the events published when the stream began, a page a chunk, then stop."""
-        reader = self.coordinator.store.read
+        read = self.coordinator.store.read
         high = self.coordinator.published_seq
         last = self.after
-        truncated = truncation(reader, last)
+        truncated = await read(lambda reader: truncation(reader, last))
         if truncated is not None:
             await _send_body(send, encode(truncated))
         family = None
         if self.descendants and self.session_id is not None:
-            family = reader.descendants(self.session_id)
+            session_id = self.session_id
+            family = await read(lambda reader: reader.descendants(session_id))
         sessions = SessionSet(self.session_id, family)
         while last < high:
-            page = reader.events_after(last, sessions.stored_filter, REPLAY_PAGE, upto=high)
+            page = await read(
+                functools.partial(_stored_page, after=last, stored_filter=sessions.stored_filter, upto=high)
+            )
             if not page:
                 return
             wanted = [event for event in page if sessions.wants(event)]
@@ -168,3 +173,7 @@ def parse_seq(text: str) -> int | None:
         return None
     value = int(text)
     return value if value <= MAX_SEQ else None
+
+
+def _stored_page(reader: Reader, *, after: int, stored_filter: str | None, upto: int) -> list[Event]:
+    return reader.events_after(after, stored_filter, REPLAY_PAGE, upto=upto)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
+from coordinator.store._deletion import PruneBatch
 from coordinator.store.api import Fence, Reader, Store, Transaction
 from coordinator.store.postgres import open_postgres_store
 from coordinator.store.sqlite import SqliteStore, open_sqlite_read_view, open_sqlite_store
@@ -24,7 +24,7 @@ def is_postgres(url: str) -> bool:
 
 
 @contextmanager
-def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> Iterator[Any]:
+def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> Iterator[Store]:
     """Open the store named by ``url``: ``postgresql://...``, or SQLite's ``sqlite:///path``, a plain
     path or ``:memory:``.
 
@@ -35,7 +35,6 @@ def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> It
 
     **Raises:** ``StoreError`` when the database cannot be opened; ``ValueError`` for an unknown scheme.
     """
-    # TODO(#12): yields a ``Store`` once no caller uses the SQLite backend's own ``transaction()``.
     if is_postgres(url):
         with open_postgres_store(url, pool_size=pool_size) as postgres:
             yield postgres
@@ -61,6 +60,7 @@ def _sqlite_path(url: str) -> str:
 
 __all__ = [
     "Fence",
+    "PruneBatch",
     "Reader",
     "SqliteStore",
     "Store",

@@ -296,9 +296,9 @@ class Transaction(Reader, Protocol):
 class Store(Protocol):
     """A backend: transactions, reads, durability, and who hears of a commit."""
 
-    before_commit: Callable[[], None] | None
-    """A hook called inside every transaction right before its commit; it may raise ``StoreError``
-    to simulate a failing disk (the chaos campaign's store failures)."""
+    before_commit: Callable[[Reader], None] | None
+    """A hook called inside every transaction right before its commit, with the transaction's view;
+    it may raise ``StoreError`` to simulate a failing disk (the chaos campaign's store failures)."""
 
     last_own_seq: int
     """The seq of the last event this store committed (durable or not yet)."""

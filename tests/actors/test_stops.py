@@ -38,7 +38,7 @@ async def test_the_intent_is_committed_before_the_turn_is_cancelled(tmp_path: Pa
     async with open_harness(tmp_path) as harness:
         turn = harness.live()
 
-        def failing_disk() -> None:
+        def failing_disk(tx: object) -> None:
             raise errors.StoreError("injected")
 
         harness.store.before_commit = failing_disk  # type: ignore[attr-defined]

@@ -55,7 +55,7 @@ async def open_harness(tmp_path: Path, *, status: str = "running") -> AsyncItera
         store.on_commit(committed.extend)
         runtime = Runtime(
             store=store,
-            bus=Bus(store.read),
+            bus=Bus(store, store.read.last_seq()),
             config=Config(base_dir=tmp_path),
             model=ScriptedModel.from_json([{"text": "done"}]),
             tools={},

@@ -35,7 +35,7 @@ def test_replay_then_live_has_no_gap_and_no_duplicate(
 
     async def scenario() -> None:
         with open_store(str(tmp_path_factory.mktemp("bus") / "b.sqlite"), synchronous="off") as store:
-            bus = Bus(store.read)
+            bus = Bus(store, store.read.last_seq())
             store.on_commit(bus.publish)
             for count in before:
                 await commit(store, count)
@@ -61,7 +61,7 @@ def test_replay_then_live_has_no_gap_and_no_duplicate(
 async def test_a_subscriber_that_falls_behind_catches_up_from_the_store(tmp_path: Path) -> None:
     """Overflowing a live buffer never blocks the committer and never loses an event."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read, live_buffer=3)
+        bus = Bus(store, store.read.last_seq(), live_buffer=3)
         store.on_commit(bus.publish)
         subscription = bus.subscribe(after=0)
         got = []
@@ -84,7 +84,7 @@ async def test_a_subscriber_that_falls_behind_catches_up_from_the_store(tmp_path
 
 async def test_a_session_subscription_sees_only_that_session(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         await commit(store, 4)
         bus.close()
@@ -107,7 +107,7 @@ async def test_a_deleted_sessions_events_leave_every_subscriber_and_its_own_stre
     """Once a session is deleted, no subscriber gets its events any more, whether they were queued in
     its live buffer or in a replay page it held, and a subscription of that session alone ends."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         async with store.transaction() as tx:
             tx.insert_session("s", "doomed", "now")

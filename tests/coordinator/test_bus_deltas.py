@@ -50,7 +50,7 @@ def summary(events: list[Event]) -> list[tuple[str, int | None, str]]:
 async def test_deltas_reach_only_subscribers_that_asked(tmp_path: Path, autojump_clock: object) -> None:
     """Without the flag a stream is exactly as before; with it, deltas interleave in publish order."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         plain, live = bus.subscribe(after=0), bus.subscribe(after=0, deltas=True)
         for sub in (plain, live):
@@ -72,7 +72,7 @@ async def test_deltas_reach_only_subscribers_that_asked(tmp_path: Path, autojump
 async def test_a_slow_reader_gets_adjacent_deltas_merged(tmp_path: Path, autojump_clock: object) -> None:
     """A subscriber that reads late gets fewer, larger deltas: the same text, no gap, nothing held back."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         fast, slow = bus.subscribe(after=0, deltas=True), bus.subscribe(after=0, deltas=True)
         await drain(fast), await drain(slow)
@@ -98,7 +98,7 @@ async def test_a_slow_reader_gets_adjacent_deltas_merged(tmp_path: Path, autojum
 async def test_a_delta_never_merges_across_a_durable_event(tmp_path: Path, autojump_clock: object) -> None:
     """Merging must not move text ahead of a stored event of the same session that came before it."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         slow = bus.subscribe(after=0, deltas=True)
         await drain(slow)
@@ -119,7 +119,7 @@ async def test_an_overflowing_subscriber_loses_deltas_never_events(
     """A full buffer sends the reader to the store: every stored event arrives, deltas resume with a
     catch-up at offset 0, so what was lost is visible."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read, live_buffer=3)
+        bus = Bus(store, store.read.last_seq(), live_buffer=3)
         store.on_commit(bus.publish)
         text = Streaming(session_id="s", text="")
         bus.start_streaming(text)
@@ -142,7 +142,7 @@ async def test_a_subscriber_that_attaches_mid_stream_first_gets_the_text_so_far(
 ) -> None:
     """The catch-up comes right after the replay, before any live delta, at offset 0."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         store.on_commit(bus.publish)
         await commit(store, "session.step.started")
         text = Streaming(session_id="s", text="Once up")
@@ -168,7 +168,7 @@ async def test_a_delta_of_a_step_whose_start_is_not_published_waits_for_it(
     """The step streams at once, without waiting for a sync; the bus delivers its text right after the
     step's start, never before it, and no catch-up overtakes it either."""
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
-        bus = Bus(store.read)
+        bus = Bus(store, store.read.last_seq())
         live = bus.subscribe(after=0, deltas=True)
         await drain(live)
         held: list[Event] = []

@@ -61,7 +61,7 @@ def as_another_process(runtime: Any) -> Any:
 def fail_next_commit(store: SqliteStore) -> None:
     """Make the store's next commit fail, as a full or failing disk would, once."""
 
-    def fail_once() -> None:
+    def fail_once(tx: object) -> None:
         store.before_commit = None
         raise errors.StoreError("injected: the disk failed")
 

@@ -238,7 +238,7 @@ async def test_a_failed_save_of_the_streamed_text_stops_the_turn_with_a_reason(
         await recorder.wait_for("session.step.started")
         await trio.sleep(0.5)
 
-        def fail_once() -> None:
+        def fail_once(tx: object) -> None:
             coord.store.before_commit = None
             raise StoreError("disk I/O error")
 

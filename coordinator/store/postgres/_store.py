@@ -80,7 +80,7 @@ class PostgresStore:
         self._limiter = trio.CapacityLimiter(pool_size)
         self._on_commit: list[Callable[[Sequence[Event]], None]] = []
         self._tail = Tail(self)
-        self.before_commit: Callable[[], None] | None = None
+        self.before_commit: Callable[[Reader], None] | None = None
         self.commit_observer: Callable[[float], None] | None = None
         self.last_own_seq = 0
         self._on_change: list[Callable[[], None]] = []
@@ -167,7 +167,7 @@ class PostgresStore:
                 if tx.events:
                     sql.run("SELECT pg_notify(?, ?)", (CHANNEL, str(tx.events[-1].stored_seq)))
                 if self.before_commit is not None:
-                    self.before_commit()
+                    self.before_commit(tx)
             return tx.events, result
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:

@@ -93,7 +93,7 @@ class _Transaction(contextlib.AbstractAsyncContextManager[SqlTransaction]):
                 return
             try:
                 if store.before_commit is not None:
-                    store.before_commit()
+                    store.before_commit(tx)
                 _execute(store._db, "COMMIT")
             except BaseException:
                 _rollback(store._db)
@@ -135,7 +135,7 @@ class SqliteStore:
         self._connection = ApswConnection(db)
         self.read = _ReadView(self._connection)
         # Chaos hook: called before every commit; may raise a StoreError to simulate a failing disk.
-        self.before_commit: Callable[[], None] | None = None
+        self.before_commit: Callable[[Reader], None] | None = None
         # Seconds each successful commit held the database, BEGIN to COMMIT (the coordinator's metrics).
         self.commit_observer: Callable[[float], None] | None = None
         self._durability = GroupDurability(db, path, synchronous, self._hand_over, BUSY_TIMEOUT_MS)
@@ -320,9 +320,14 @@ def open_sqlite_store(path: str, *, synchronous: str = "full") -> Iterator[Sqlit
 
 @contextlib.contextmanager
 def open_sqlite_read_view(path: str) -> Iterator[Reader]:
-    """A read-only connection to the database at ``path``, as a read view; closed on exit."""
+    """A connection of its own to the database at ``path``, used for reads only; closed on exit.
+
+    Not opened read-only: a read-only connection cannot open a WAL database whose shared-memory file
+    is gone (a server that was killed), which is when checkers read one.
+    """
     with map_apsw_errors():
-        db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        db = apsw.Connection(path)
+        db.set_busy_timeout(BUSY_TIMEOUT_MS)
     try:
         yield SqlReader(ApswConnection(db))
     finally:

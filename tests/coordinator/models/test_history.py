@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,15 @@ from coordinator.store.rows import ToolCallRow
 def store(tmp_path: Path) -> Iterator[SqliteStore]:
     with open_store(str(tmp_path / "store.sqlite"), synchronous="normal") as opened:
         yield opened
+
+
+def tail(store: SqliteStore, session_id: str) -> Any:
+    """What a step reads of the session's history after the messages kept (``step._conversation``)."""
+
+    async def read(after_ord: int) -> Any:
+        return await store.read(lambda reader: reader.history_after(session_id, after_ord))
+
+    return read
 
 
 def add_turn(tx: Transaction, session_id: str, turn_id: str, status: str) -> None:
@@ -69,7 +79,7 @@ async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_s
         add_running_call(tx, "s", "t2", "call-1")
         add_turn(tx, "s", "t3", "settled")
     conversations = Conversations()
-    before = conversations.request_messages(store.read, "s", epoch=1)
+    before = await conversations.request_messages(tail(store, "s"), "s", epoch=1)
     assert before == rebuilt(store, "s")
     assert conversations.kept_messages("s") == 2  # t1 only: t2 is not settled, and t3 comes after it
     assert '"interrupted"' in (before[5].content or "")  # the call has no result yet
@@ -77,7 +87,7 @@ async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_s
     async with store.transaction() as tx:
         tx.settle_tool_call("s", "call-1", error=ToolError(type="declined", message="no"))
         tx.set_turn_status("t2", "settled")
-    after = conversations.request_messages(store.read, "s", epoch=1)
+    after = await conversations.request_messages(tail(store, "s"), "s", epoch=1)
     assert after == rebuilt(store, "s")
     assert '"declined"' in (after[5].content or "")
     assert conversations.kept_messages("s") == len(after)
@@ -90,10 +100,10 @@ async def test_a_claim_held_by_another_owner_meanwhile_reads_the_history_again(s
         tx.insert_session("s", "t", "now")
         add_turn(tx, "s", "t1", "settled")
     conversations = Conversations()
-    conversations.request_messages(store.read, "s", epoch=1)
+    await conversations.request_messages(tail(store, "s"), "s", epoch=1)
     store.read.sql.run("UPDATE parts SET text = 'rewritten' WHERE message_id = 't1-answer'")
-    assert conversations.request_messages(store.read, "s", epoch=3) == rebuilt(store, "s")
-    assert conversations.request_messages(store.read, "s", epoch=3)[1].content == "rewritten"
+    assert await conversations.request_messages(tail(store, "s"), "s", epoch=3) == rebuilt(store, "s")
+    assert (await conversations.request_messages(tail(store, "s"), "s", epoch=3))[1].content == "rewritten"
 
 
 async def test_forget_drops_a_session(store: SqliteStore) -> None:
@@ -101,7 +111,7 @@ async def test_forget_drops_a_session(store: SqliteStore) -> None:
         tx.insert_session("s", "t", "now")
         add_turn(tx, "s", "t1", "settled")
     conversations = Conversations()
-    conversations.request_messages(store.read, "s", epoch=1)
+    await conversations.request_messages(tail(store, "s"), "s", epoch=1)
     assert conversations.size > 0
     conversations.forget("s")
     assert (conversations.kept_messages("s"), conversations.size) == (0, 0)
@@ -115,9 +125,9 @@ async def test_the_sessions_used_least_recently_are_dropped_beyond_the_budget(st
             add_turn(tx, session_id, f"{session_id}1", "settled")
     one = estimated_bytes(rebuilt(store, "a"))
     conversations = Conversations(budget=one + one // 2)
-    conversations.request_messages(store.read, "a", epoch=1)
-    conversations.request_messages(store.read, "b", epoch=1)
+    await conversations.request_messages(tail(store, "a"), "a", epoch=1)
+    await conversations.request_messages(tail(store, "b"), "b", epoch=1)
     assert (conversations.kept_messages("a"), conversations.kept_messages("b")) == (0, 2)
     assert conversations.size == one
-    conversations.request_messages(store.read, "a", epoch=1)
+    await conversations.request_messages(tail(store, "a"), "a", epoch=1)
     assert (conversations.kept_messages("a"), conversations.kept_messages("b")) == (2, 0)
