@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,12 @@ def config(tmp_path: Path) -> Config:
 @pytest.fixture
 def open_running() -> Callable[..., Any]:
     return running
+
+
+@pytest.fixture(autouse=True)
+def _reap_leaked_helpers() -> Iterator[None]:
+    """What the chaos tests' leaky plugin left behind is reaped after the test that ran it."""
+    yield
+    user_tools = sys.modules.get("tests.coordinator.chaos.user_tools")
+    if user_tools is not None:
+        user_tools.reap_left_behind()
