@@ -22,8 +22,10 @@ demo: $(STAMP)
 
 test: lint unit
 
+# Two workers (the machine has two cores): every scenario runs on SQLite and on PostgreSQL.
+TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check coordinator actors tests

@@ -22,7 +22,7 @@ from coordinator.config import Config, config_from
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.factory import build_model
-from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.records import Form, Message, Node, PermissionRequest, Session
 from coordinator.registry import Registry
 from coordinator.store import Reader, Store, open_store
 from coordinator.tools.registry import build_tools
@@ -91,6 +91,12 @@ class Coordinator:
         session = await decisions.create_session(self._runtime, title)
         await self._durable()
         return session
+
+    async def nodes(self) -> list[Node]:
+        """The live nodes sharing this coordinator's store (this one among them), oldest first: each
+        node's id, host, start, last heartbeat and how many sessions it runs (contract section 11)."""
+        lease = self._runtime.config.server.lease
+        return await self._runtime.store.read(lambda reader: reader.live_nodes(lease))
 
     async def list_sessions(self) -> list[Session]:
         await self._durable()
@@ -350,7 +356,7 @@ async def open_coordinator(
     **Raises:** ``ConfigError`` for a bad config; ``StoreError`` when the database cannot be opened.
     """
     resolved = config_from(config, db=db, **overrides)
-    instance = claims.this_instance()
+    instance = claims.this_instance(resolved.server.node_id)
     with open_store(
         resolved.server.db, synchronous=synchronous, pool_size=resolved.postgres.pool_size
     ) as store:
@@ -394,7 +400,8 @@ async def open_coordinator(
 CLOSE_SYNC_SECONDS = 10.0
 """How long a closing coordinator waits for its last commits to become durable."""
 
-# How often a coordinator looks for turns whose owner died and for decisions other processes made.
+# How often a coordinator looks for turns whose owner died and for decisions other processes made (at
+# most: a third of the lease when that is shorter, a heartbeat's period).
 WATCH_SECONDS = 1.0
 
 
@@ -416,7 +423,9 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
     root.start_soon(claims.serve_heartbeat, runtime.store, instance.id, lease, name="heartbeat")
     liveness = claims.Liveness(me=instance, lease=lease)
     recovered = await registry.recover(liveness)
-    root.start_soon(registry.serve_watch, liveness, WATCH_SECONDS, name="watch")
+    # A dead owner's turns are taken over within one heartbeat after its lease ran out.
+    watch_seconds = min(WATCH_SECONDS, lease / 3)
+    root.start_soon(registry.serve_watch, liveness, watch_seconds, name="watch")
     keep_days = runtime.config.store.keep_events_days
     if keep_days > 0:
         root.start_soon(retention.serve_retention, runtime.store, keep_days, name="retention")

@@ -40,8 +40,10 @@ def boot_id() -> str:
         return socket.gethostname()
 
 
-def this_instance() -> InstanceRow:
+def this_instance(node_id: str = "") -> InstanceRow:
+    """This process's instance, naming ``node_id`` (``[server] node_id``) when one is configured."""
     return InstanceRow(
+        node_id=node_id or None,
         id=new_id("ins"),
         host=socket.gethostname(),
         pid=os.getpid(),
@@ -79,7 +81,9 @@ class Liveness:
     me: InstanceRow
     lease: float
 
-    def owner_is_dead(self, owner: InstanceRow | None) -> bool:
+    def owner_is_dead(self, owner: InstanceRow | None, now: float | None = None) -> bool:
+        """Whether ``owner`` is dead; ``now`` is the store's clock, which heartbeats are written by
+        (``Reader.clock``; this process's clock when not given)."""
         if owner is None or owner.stopped:
             return True
         if owner.id == self.me.id:
@@ -87,7 +91,7 @@ class Liveness:
         same_boot = owner.host == self.me.host and owner.boot_id == self.me.boot_id
         if same_boot and owner.pid == self.me.pid:
             return owner.id not in LIVE_IN_THIS_PROCESS
-        if time.time() - owner.heartbeat > self.lease:
+        if (time.time() if now is None else now) - owner.heartbeat > self.lease:
             return True
         if same_boot:
             return not _pid_alive(owner.pid)
@@ -103,6 +107,6 @@ async def serve_heartbeat(store: Store, instance_id: str, lease: float) -> None:
     while True:
         await trio.sleep(lease / 3)
         try:
-            await store.write(lambda tx: tx.beat(instance_id, time.time()))
+            await store.write(lambda tx: tx.beat(instance_id))
         except StoreError as exc:
             log.warning("heartbeat_failed", error=str(exc))

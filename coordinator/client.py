@@ -21,7 +21,7 @@ import structlog
 import trio
 
 from coordinator import errors, wire
-from coordinator.records import Form, Message, PermissionRequest, Session
+from coordinator.records import Form, Message, Node, PermissionRequest, Session
 from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, PromptBody, ReplyBody
 
 log = structlog.get_logger()
@@ -87,6 +87,11 @@ class CoordinatorClient:
         params = {k: str(v) for k, v in (("limit", limit), ("before", before)) if v is not None}
         data = await self._call("GET", "/api/session", params=params or None)
         return wire.structure(data, list[Session])  # type: ignore[no-any-return]
+
+    async def nodes(self) -> list[Node]:
+        """The live nodes sharing the server's store (``GET /api/node``)."""
+        data = await self._call("GET", "/api/node")
+        return wire.structure(data, list[Node])  # type: ignore[no-any-return]
 
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""

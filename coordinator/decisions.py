@@ -144,7 +144,10 @@ async def reply_permission(
         _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
-        tx.reply_permission(request_id, decision, message)
+        if not tx.reply_permission(request_id, decision, message):
+            # Settled since it was read, by a transaction the store ran alongside this one
+            # (PostgreSQL); the compare-and-set decides, and this one answers as a late reply does.
+            _pending_request(tx, session_id, request_id)
         replied = tx.get_permission(request_id)
         assert replied is not None
         tx.emit(events.permission_replied(replied))
@@ -238,7 +241,8 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         _validate_answers(form, answers)
-        tx.settle_form(form_id, "submitted", answers=answers)
+        if not tx.settle_form(form_id, "submitted", answers=answers):
+            _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         submitted = tx.get_form(form_id)
         assert submitted is not None
         tx.emit(events.form_submitted(submitted))
@@ -255,7 +259,8 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _form_turn(tx, form_id)
-        tx.settle_form(form_id, "cancelled", message=message or None)
+        if not tx.settle_form(form_id, "cancelled", message=message or None):
+            _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
         tx.emit(events.form_cancelled(cancelled))

@@ -31,6 +31,18 @@ class ClaimView:
 
 
 @attrs.frozen(kw_only=True)
+class Node:
+    """A live node sharing the store (contract section 11, ``GET /api/node``)."""
+
+    id: str
+    host: str
+    since: str
+    heartbeat_at: str
+    sessions: int
+    """Sessions whose claim it holds now."""
+
+
+@attrs.frozen(kw_only=True)
 class Session:
     """A session as clients see it (contract section 4)."""
 

@@ -18,6 +18,9 @@ from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
 log = structlog.get_logger()
 
+WAKE_GAP = 0.02
+"""Seconds the watch lets pass after it was woken, so that a burst of other nodes' commits is one look."""
+
 
 class Registry:
     """Starts at most one actor per session, in the coordinator's root nursery."""
@@ -28,6 +31,8 @@ class Registry:
         self._actors: dict[str, SessionHandle] = {}
         self._takeovers: dict[str, Takeover] = {}
         self.closed = False
+        self._changed = trio.Event()
+        runtime.store.on_change(self._notice_change)
 
     def get(self, session_id: str) -> SessionHandle | None:
         return self._actors.get(session_id)
@@ -63,7 +68,7 @@ class Registry:
         manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
         for turn, claim, owner in found.unfinished:
-            takeover = _takeover_of(turn, claim, owner, liveness)
+            takeover = _takeover_of(turn, claim, owner, liveness, found.now)
             # A session whose actor lives here is taken over by it already (a resume just asked).
             if takeover is None or turn.session_id in self._actors:
                 continue
@@ -126,10 +131,19 @@ class Registry:
         log.info("turn_recovered", session_id=session_id, turn_id=turn.id, status=turn.status, after="crash")
         self.ensure_running(session_id)
 
+    def _notice_change(self) -> None:
+        self._changed.set()
+
     async def serve_watch(self, liveness: Liveness, interval: float) -> None:
-        """For ever: take over turns of owners that died, and apply decisions other processes made."""
+        """For ever: take over turns of owners that died, and apply decisions other processes made;
+        every ``interval`` seconds, and at once (at most every ``WAKE_GAP``) when another node
+        committed (PostgreSQL's notifications): its decisions apply here without waiting."""
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval) as idle:
+                await self._changed.wait()
+            self._changed = trio.Event()
+            if not idle.cancelled_caught:
+                await trio.sleep(WAKE_GAP)
             if self.closed:
                 return
             try:
@@ -169,6 +183,7 @@ class _RecoveryView:
     parked or asked to resume, and the sessions with a queued turn and no claim."""
 
     unfinished: list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]
+    now: float  # the store's clock, which heartbeats are judged by
     parked: set[str]
     asked: set[str]  # by a resume whose instance died before its takeover
     queued: list[str]
@@ -182,6 +197,7 @@ def _recovery_view(reader: Reader) -> _RecoveryView:
         unfinished.append((turn, claim, owner))
     return _RecoveryView(
         unfinished=unfinished,
+        now=reader.clock(),
         parked=reader.parked_turn_ids(),
         asked=reader.resume_asked_turn_ids(),
         queued=reader.sessions_with_queued_turns(),
@@ -189,13 +205,13 @@ def _recovery_view(reader: Reader) -> _RecoveryView:
 
 
 def _takeover_of(
-    turn: TurnRow, claim: ClaimRow | None, owner: InstanceRow | None, liveness: Liveness
+    turn: TurnRow, claim: ClaimRow | None, owner: InstanceRow | None, liveness: Liveness, now: float
 ) -> Takeover | None:
     """How ``turn`` is taken over, or None while its owner lives (and runs it)."""
     # A suspended turn whose claim is held again is being resumed by that owner (between its
     # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
     suspended = claim is not None and claim.state == "suspended"
-    if not suspended and not liveness.owner_is_dead(owner):
+    if not suspended and not liveness.owner_is_dead(owner, now):
         return None
     after = "shutdown" if turn.status == "suspended" else "crash"
     return Takeover(previous_owner=None if claim is None else claim.owner, after=after)

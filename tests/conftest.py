@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +21,7 @@ from coordinator.config import Config, TimeoutsConfig
 from coordinator.events import Event
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
+from tests.backends import PG_ENV, db_for, unavailable
 
 
 @attrs.define
@@ -60,7 +62,7 @@ def make_config(
     tmp_path: Path, *, rules: tuple[Rule, ...] = (), timeouts: TimeoutsConfig | None = None, **server: Any
 ) -> Config:
     config = Config(base_dir=tmp_path, permission=rules, timeouts=timeouts or TimeoutsConfig())
-    return config.with_overrides(db=str(tmp_path / "db.sqlite"), **server)
+    return config.with_overrides(db=db_for(tmp_path), **server)
 
 
 ASK_SHELL = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", resource="*", effect="ask"))
@@ -145,3 +147,10 @@ def _reap_leaked_helpers() -> Iterator[None]:
     user_tools = sys.modules.get("tests.coordinator.chaos.user_tools")
     if user_tools is not None:
         user_tools.reap_left_behind()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line when the PostgreSQL runs were skipped (``COORDINATOR_TEST_PG`` unset, no server)."""
+    why = unavailable()
+    if why is not None and not os.environ.get(PG_ENV):
+        terminalreporter.write_line(f"PostgreSQL runs skipped: {why} (set {PG_ENV} to require them)")

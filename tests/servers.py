@@ -28,7 +28,7 @@ import trio
 
 from coordinator.client import CoordinatorClient
 from coordinator.records import Session
-from coordinator.store import open_store
+from coordinator.store import open_read_view
 from tests.coordinator.server.harness import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ class ServerProcess:
 
 
 async def start_server(
-    config: Path, db: Path, *, cwd: Path, name: str = "server", port: int = 0, **env: str
+    config: Path, db: Path | str, *, cwd: Path, name: str = "server", port: int = 0, **env: str
 ) -> ServerProcess:
     """Start ``python -m coordinator serve`` and return once it answers ``GET /health``.
 
@@ -243,7 +243,7 @@ async def _close_stdout(server: ServerProcess) -> None:
 
 @contextlib.asynccontextmanager
 async def server_process(
-    config: Path, db: Path, *, cwd: Path, name: str = "server", port: int = 0, **env: str
+    config: Path, db: Path | str, *, cwd: Path, name: str = "server", port: int = 0, **env: str
 ) -> AsyncIterator[ServerProcess]:
     """``start_server`` for the block; a server the test left running is killed (``kill -9``) at the end.
 
@@ -277,7 +277,7 @@ class Watched:
 
 @contextlib.asynccontextmanager
 async def watched_server(
-    config: Path, db: Path, *, cwd: Path, name: str = "server"
+    config: Path, db: Path | str, *, cwd: Path, name: str = "server"
 ) -> AsyncIterator[Watched]:
     """``server_process`` with a client and an ``EventLog`` following every event from seq 0.
 
@@ -294,22 +294,22 @@ async def watched_server(
         nursery.cancel_scope.cancel()
 
 
-def stored_session(db: Path, session_id: str) -> Session:
+def stored_session(db: Path | str, session_id: str) -> Session:
     """The session as the database has it, read directly: what the next start will find."""
-    with open_store(str(db)) as store:
-        found = store.read.get_session(session_id)
+    with open_read_view(str(db)) as reader:
+        found = reader.get_session(session_id)
     assert found is not None, f"no session {session_id} in {db}"
     return found
 
 
-async def recorded_process_group(db: Path, session_id: str, call_id: str, seconds: float = 15.0) -> int:
+async def recorded_process_group(db: Path | str, session_id: str, call_id: str, seconds: float = 15.0) -> int:
     """The process group a server recorded for a running shell call, once that record is durable.
 
     **Raises:** ``trio.TooSlowError`` when nothing is recorded within ``seconds``.
     """
-    with trio.fail_after(seconds), open_store(str(db)) as store:
+    with trio.fail_after(seconds), open_read_view(str(db)) as reader:
         # Another process writes it: there is nothing to wait on but the database itself.
-        while (group := store.read.process_group_of(session_id, call_id)) is None:  # noqa: ASYNC110
+        while (group := reader.process_group_of(session_id, call_id)) is None:  # noqa: ASYNC110
             await trio.sleep(POLL)
     return int(group["pgid"])
 

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 from coordinator import errors, metrics, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
-from coordinator.records import MAX_TEXT, Form, Message, PermissionRequest, Session
+from coordinator.records import MAX_TEXT, Form, Message, Node, PermissionRequest, Session
 from coordinator.server import page, sse
 from coordinator.server.auth import BearerAuth
 from coordinator.server.bodies import (
@@ -195,6 +195,10 @@ async def history(request: Request) -> Response:
     return _json(await _coordinator(request).history(request.path_params["sid"]))
 
 
+async def nodes(request: Request) -> Response:
+    return _json(await _coordinator(request).nodes())
+
+
 async def all_permissions(request: Request) -> Response:
     return _json(await _coordinator(request).pending_permissions())
 
@@ -340,6 +344,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="GET", path="/api/session/{sid}/message", name="history",
               summary="The history: messages with their parts", endpoint=history,
               response=list[Message], errors=_SESSION),
+    Operation(method="GET", path="/api/node", name="nodes",
+              summary="The live nodes sharing the store, oldest first, with the sessions each runs",
+              endpoint=nodes, response=list[Node]),
     Operation(method="GET", path="/api/permission", name="all_permissions",
               summary="Every pending permission request", endpoint=all_permissions,
               response=list[PermissionRequest]),

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from coordinator.store._deletion import PruneBatch
 from coordinator.store.api import Fence, Reader, Store, Transaction
-from coordinator.store.postgres import open_postgres_store
+from coordinator.store.postgres import open_postgres_read_view, open_postgres_store
 from coordinator.store.sqlite import SqliteStore, open_sqlite_read_view, open_sqlite_store
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -47,6 +47,10 @@ def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> It
 def open_read_view(url: str) -> Iterator[Reader]:
     """A read view of the store named by ``url`` on a connection of its own, outside any store the
     process has open: each read sees what is committed, and none awaits (a checker's reads)."""
+    if is_postgres(url):
+        with open_postgres_read_view(url) as postgres:
+            yield postgres
+        return
     with open_sqlite_read_view(_sqlite_path(url)) as reader:
         yield reader
 

@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from coordinator import errors
+from coordinator.clock import rfc3339
 from coordinator.events import Event
 from coordinator.reasons import ParentLink
-from coordinator.records import ClaimView, Form, Message, PermissionRequest, Rule, Session
+from coordinator.records import ClaimView, Form, Message, Node, PermissionRequest, Rule, Session
 from coordinator.store import _history, api
 from coordinator.store._sql import Connection, one
 from coordinator.store.rows import (
@@ -264,6 +265,21 @@ class SqlReader(api.Reader):
         if held is None:
             raise errors.Fenced(session_id=session_id, epoch=epoch)
 
+    def live_nodes(self, lease: float) -> list[Node]:
+        now = self.clock()
+        rows = self._all(
+            "SELECT i.id, i.node_id, i.host, i.started_at, i.heartbeat, "
+            "(SELECT COUNT(*) FROM claims c WHERE c.owner = i.id AND c.state = 'held') "
+            "FROM instances i WHERE i.stopped = 0 AND i.heartbeat >= ? ORDER BY i.started_at, i.id",
+            (now - lease,),
+        )
+        return [
+            Node(
+                id=node_id or id, host=host, since=since, heartbeat_at=rfc3339(heartbeat), sessions=int(held)
+            )
+            for id, node_id, host, since, heartbeat, held in rows
+        ]
+
     def get_instance(self, instance_id: str) -> InstanceRow | None:
         return INSTANCE_ROW.load_or_none(
             self._one(f"SELECT {INSTANCE_ROW.select} FROM instances WHERE id = ?", (instance_id,))
@@ -360,6 +376,9 @@ class SqlReader(api.Reader):
 
     def page_counts(self) -> tuple[int, int]:
         return self.sql.page_counts()
+
+    def clock(self) -> float:
+        return self.sql.clock()
 
     def event_horizon(self) -> int:
         row = self._one("SELECT CAST(value AS BIGINT) FROM store_meta WHERE key = 'event_horizon'")

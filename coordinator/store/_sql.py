@@ -48,6 +48,11 @@ class Connection(Protocol):
         """The SQL expression for the text of top-level ``key`` of the JSON text in ``column``."""
         ...
 
+    def clock(self) -> float:
+        """The store's own time, in seconds since the epoch: what heartbeats are written and judged
+        by, so that nodes on several hosts agree on a lease whatever their own clocks say."""
+        ...
+
     def page_counts(self) -> tuple[int, int]:
         """The database's free pages and all its pages (0, 0 where the backend keeps no such count)."""
         ...

@@ -253,12 +253,21 @@ class SqlTransaction(SqlReader, api.Transaction):
 
     def register_instance(self, instance: InstanceRow, started_at: str) -> None:
         self._run(
-            "INSERT INTO instances(id, host, pid, boot_id, started_at, heartbeat, stopped) VALUES (?, ?, ?, ?, ?, ?, 0)",
-            (instance.id, instance.host, instance.pid, instance.boot_id, started_at, instance.heartbeat),
+            "INSERT INTO instances(id, host, pid, boot_id, started_at, heartbeat, stopped, node_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+            (
+                instance.id,
+                instance.host,
+                instance.pid,
+                instance.boot_id,
+                started_at,
+                self.sql.clock(),
+                instance.node_id,
+            ),
         )
 
-    def beat(self, instance_id: str, heartbeat: float) -> None:
-        self._run("UPDATE instances SET heartbeat = ? WHERE id = ?", (heartbeat, instance_id))
+    def beat(self, instance_id: str) -> None:
+        self._run("UPDATE instances SET heartbeat = ? WHERE id = ?", (self.sql.clock(), instance_id))
 
     def mark_instance_stopped(self, instance_id: str) -> None:
         self._run("UPDATE instances SET stopped = 1 WHERE id = ?", (instance_id,))

@@ -18,7 +18,7 @@ import trio
 
 from coordinator.events import Draft, Event
 from coordinator.reasons import ParentLink, StopReason, TextStatus
-from coordinator.records import Form, Message, Partial, PermissionRequest, Rule, Session, ToolError
+from coordinator.records import Form, Message, Node, Partial, PermissionRequest, Rule, Session, ToolError
 from coordinator.store._deletion import PruneBatch
 from coordinator.store.rows import ClaimRow, InstanceRow, StoredMessage, ToolCallRow, TurnRow, WaitRow
 
@@ -122,6 +122,10 @@ class Reader(Protocol):
         ...
 
     def get_instance(self, instance_id: str) -> InstanceRow | None: ...
+    def live_nodes(self, lease: float) -> list[Node]:
+        """The nodes whose heartbeat is younger than ``lease`` by the store's clock, oldest first,
+        each with how many sessions it holds claims of (``GET /api/node``)."""
+        ...
 
     # permission requests, rules, forms
     def get_permission(self, request_id: str) -> PermissionRequest | None: ...
@@ -165,6 +169,10 @@ class Reader(Protocol):
 
     def page_counts(self) -> tuple[int, int]:
         """The database's free pages and all its pages (0, 0 where the backend counts none)."""
+        ...
+
+    def clock(self) -> float:
+        """The store's time (seconds since the epoch): heartbeats are written and judged by it."""
         ...
 
     def event_horizon(self) -> int:
@@ -265,8 +273,14 @@ class Transaction(Reader, Protocol):
         unchanged: the next owner's takeover raises it). False if another took it."""
         ...
 
-    def register_instance(self, instance: InstanceRow, started_at: str) -> None: ...
-    def beat(self, instance_id: str, heartbeat: float) -> None: ...
+    def register_instance(self, instance: InstanceRow, started_at: str) -> None:
+        """Record an instance; its heartbeat is the store's clock now (``Reader.clock``)."""
+        ...
+
+    def beat(self, instance_id: str) -> None:
+        """Refresh the instance's heartbeat to the store's clock now."""
+        ...
+
     def mark_instance_stopped(self, instance_id: str) -> None: ...
 
     # permission requests, rules, forms
@@ -336,6 +350,11 @@ class Store(Protocol):
 
     def on_durable(self, callback: Callable[[Sequence[Event]], None]) -> None:
         """Call ``callback(events)`` once a commit that appended events is durable, in commit order."""
+        ...
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the trio thread when another process may have committed (a
+        notification from another node); never where the backend has no such news (SQLite)."""
         ...
 
     def observe(self, *, commit: Callable[[float], None], sync: Callable[[float], None]) -> None:

@@ -82,6 +82,9 @@ class InstanceRow:
     boot_id: str
     heartbeat: float
     stopped: bool
+    # The node's name among the nodes sharing the store (``[server] node_id``); None: the instance's
+    # own id names it (a new one at each start). Older rows have none.
+    node_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from coordinator.config import Config, PluginConfig
@@ -55,6 +56,10 @@ def runs(tmp_path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.sqlite_only(
+    "B's watch must not have taken the suspended turn over yet; on PostgreSQL a node's graceful "
+    "stop reaches the others at once (NOTIFY) and they resume its turns at once (contract section 11)"
+)
 async def test_a_reply_accepted_while_the_turn_is_suspended_is_applied_at_its_resume(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
@@ -143,6 +148,10 @@ async def test_a_call_whose_tool_had_started_is_never_restored(tmp_path: Path, a
         assert len(model.requests) == 1
 
 
+@pytest.mark.sqlite_only(
+    "B's watch must not have taken the suspended turn over yet; on PostgreSQL a node's graceful "
+    "stop reaches the others at once (NOTIFY) and they resume its turns at once (contract section 11)"
+)
 async def test_a_form_submitted_while_the_turn_is_suspended_is_the_call_result_at_its_resume(
     tmp_path: Path, autojump_clock: Any
 ) -> None:

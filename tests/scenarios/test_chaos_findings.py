@@ -124,7 +124,7 @@ async def test_a_decline_during_a_shutdown_is_not_resumed(tmp_path: Path, autoju
     config = config_for(tmp_path)
 
     async def decline(turn: Any) -> None:
-        request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[0]
+        request = (await turn.runtime.store.read(lambda r: r.pending_permissions(turn_id=turn.turn_id)))[0]
         await decisions.reply_permission(
             as_another_process(turn.runtime), turn.session_id, request.id, "reject", None
         )
@@ -178,7 +178,7 @@ async def test_a_nested_permission_kept_by_a_shutdown_is_settled_at_the_restart(
     request_id = asked.payload["request"]["id"]
     async with running(config, [DONE]) as (coord, recorder):
         await recorder.wait_for("session.idle")
-        request = coord.store.read.get_permission(request_id)
+        request = await coord.store.read(lambda reader: reader.get_permission(request_id))
         assert request is not None and request.status != "pending"
 
 
@@ -200,7 +200,7 @@ async def test_a_restored_form_whose_call_is_denied_at_the_restart_is_settled(
     denied = attrs.evolve(config, permission=(*config.permission, Rule(action="question", effect="deny")))
     async with running(denied, [DONE]) as (coord, recorder):
         await recorder.wait_for("session.idle")
-        form = coord.store.read.get_form(asked.payload["form"]["id"])
+        form = await coord.store.read(lambda reader: reader.get_form(asked.payload["form"]["id"]))
         assert form is not None and form.status != "pending"
 
 
@@ -346,7 +346,7 @@ async def test_a_restored_wait_revoked_before_it_reopens_carries_the_stop_reason
         await declined.wait()
 
     async def decline(turn: Any) -> None:
-        request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[0]
+        request = (await turn.runtime.store.read(lambda r: r.pending_permissions(turn_id=turn.turn_id)))[0]
         await decisions.reply_permission(turn.runtime, turn.session_id, request.id, "reject", None)
         declined.set()
 
@@ -370,7 +370,7 @@ async def test_a_decline_during_a_shutdown_settles_children_before_parents(
     two = {"tool_calls": [{**SHELL_CALL["tool_calls"][0], "id": f"call_{n}"} for n in (1, 2)]}
 
     async def decline(turn: Any) -> None:
-        request = turn.runtime.store.read.pending_permissions(turn_id=turn.turn_id)[-1]
+        request = (await turn.runtime.store.read(lambda r: r.pending_permissions(turn_id=turn.turn_id)))[-1]
         await decisions.reply_permission(
             as_another_process(turn.runtime), turn.session_id, request.id, "reject", None
         )
@@ -384,7 +384,8 @@ async def test_a_decline_during_a_shutdown_settles_children_before_parents(
         await recorder.wait_for("permission.asked", 2)
         await trio.testing.wait_all_tasks_blocked()
         await coord.shutdown()
-        types = [e.type for e in coord.store.read.events_after(0) if e.session_id == session.id]
+        stored = await coord.store.read(lambda reader: reader.events_after(0))
+        types = [e.type for e in stored if e.session_id == session.id]
         assert types.index("session.step.failed") > max(
             i for i, t in enumerate(types) if t == "session.tool.failed"
         )

@@ -95,8 +95,7 @@ async def test_a_stop_decided_before_a_crash_is_settled_as_that_stop(
         session = await coord.create_session()
         turn_id = await coord.prompt(session.id, "go")
         await recorder.wait_for("permission.asked")
-        async with coord.store.transaction() as tx:
-            assert tx.record_stop_intent(turn_id, Interrupt(by="api"))
+        assert await coord.store.write(lambda tx: tx.record_stop_intent(turn_id, Interrupt(by="api")))
         await coord.abandon()
     model = CountingModel(ScriptedModel.from_json([DONE]))
     async with running(config, model=model) as (coord, recorder):
@@ -150,9 +149,12 @@ async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
     orphan = await trio.lowlevel.open_process(["sleep", "60"], start_new_session=True)
     try:
         with open_store(config.server.db, synchronous="normal") as store:
-            async with store.transaction() as tx:
+
+            def record_the_orphan(tx: Any) -> None:
                 call_id = tx.tool_calls_of_turn(turn_id)[0].call_id
                 tx.set_process_group(session_id, call_id, ProcessGroup.of(orphan.pid))
+
+            await store.write(record_the_orphan)
         async with running(config, [DONE]) as (_, recorder):
             await recorder.wait_for("session.idle")
         with trio.fail_after(5):
@@ -167,9 +169,9 @@ async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
 COUNTING_PLUGIN = """
 from pathlib import Path
 
-async def counted(label: str) -> str:
-    \"\"\"Note one run in runs.log, then answer.\"\"\"
-    with (Path(__file__).parent / "runs.log").open("a") as runs:
+async def counted(label: str, log: str) -> str:
+    \"\"\"Note one run in the log, then answer.\"\"\"
+    with Path(log).open("a") as runs:
         runs.write(label + "\\n")
     return "ran " + label
 """
@@ -185,7 +187,11 @@ async def test_a_resume_never_runs_a_call_that_had_finished_before_the_crash(
     config = attrs.evolve(config, plugin=(*config.plugin, PluginConfig(entry="counting:counted")))
     both = {
         "tool_calls": [
-            {"id": "call_fast", "name": "counted", "input": {"label": "fast"}},
+            {
+                "id": "call_fast",
+                "name": "counted",
+                "input": {"label": "fast", "log": str(tmp_path / "runs.log")},
+            },
             {"id": "call_slow", "name": "slow", "input": {"seconds": 1000}},
         ]
     }

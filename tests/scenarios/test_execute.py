@@ -534,8 +534,9 @@ for i in range(100):
 
 async def test_nested_calls_in_asyncio_gather_run_concurrently(tmp_path: Path) -> None:
     """``asyncio.gather`` over nested calls must run them at once: each waits until all have started."""
-    code = """\
-arrivals = await asyncio.gather(*(tools.rendezvous(key="gather", parties=20) for _ in range(20)))
+    # A key of this test's own: the plugin's module (and its counts) outlives a test in the process.
+    code = f"""\
+arrivals = await asyncio.gather(*(tools.rendezvous(key="{tmp_path.name}", parties=20) for _ in range(20)))
 return sorted(arrivals)
 """
     config = config_for(tmp_path, timeouts=TimeoutsConfig(tool=10))

@@ -87,7 +87,7 @@ class CheckingModel:
     """Answers each session from its own script and keeps, for every request, the request's messages
     and the conversation rebuilt from scratch from the store at that moment (on a connection of its own)."""
 
-    db_path: Path
+    db_path: str
     # Not in the repr: a logged traceback renders its frames' locals, this model among them.
     scripts: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict, repr=False)
     sent: list[tuple[tuple[ChatMessage, ...], tuple[ChatMessage, ...]]] = attrs.field(
@@ -165,7 +165,7 @@ async def long_sessions(tmp_path: Path) -> tuple[CheckingModel, int]:
     runs, a crash while the model streams, each turn resumed by the next start, and a turn run by a
     second coordinator on the same database. Returns the model and how many messages of the first session were kept at the end."""
     config = config_for(tmp_path)
-    model = CheckingModel(db_path=Path(config.server.db))
+    model = CheckingModel(db_path=config.server.db)
     async with running(config, model=model) as (coord, recorder):
         drive = Driver(coord, recorder, model)
         sessions = [(await coord.create_session(title=f"long {i}")).id for i in range(2)]

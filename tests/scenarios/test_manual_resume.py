@@ -260,9 +260,8 @@ async def test_a_resume_asked_before_a_crash_is_carried_out_by_the_next_start(
     config = manual(config_for(tmp_path, tool=0))
     session_id, before = await suspend_at(config, [SHELL_CALL, DONE], "permission.asked")
     async with running(config, [DONE]) as (coord, recorder):
-        [turn_id] = coord.store.read.parked_turn_ids()
-        async with coord.store.transaction() as tx:
-            assert tx.release_parked(turn_id)  # what resume commits first
+        [turn_id] = await coord.store.read(lambda reader: reader.parked_turn_ids())
+        assert await coord.store.write(lambda tx: tx.release_parked(turn_id))  # what resume commits first
         await coord.abandon()
     async with running(config, [DONE]) as (coord, recorder):
         await recorder.wait_for("permission.asked", 2)

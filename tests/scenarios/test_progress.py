@@ -41,6 +41,6 @@ async def test_progress_is_published_stored_and_kept_in_the_partial_result(
         assert details[:3] == [{"done": 1, "of": 100}, {"done": 2, "of": 100}, {"done": 3, "of": 100}]
         failed = recorder.of("session.tool.failed")[0].payload
         assert failed["partial"] == {"progress": details[-1]}
-        stored = coord.store.read.get_tool_call(session.id, "c1")
+        stored = await coord.store.read(lambda reader: reader.get_tool_call(session.id, "c1"))
         assert stored is not None and stored.progress == details[-1]
         assert stored.partial is not None and stored.partial.progress == details[-1]

@@ -18,6 +18,7 @@ import attrs
 import pytest
 import trio
 
+from tests.backends import db_for
 from tests.coordinator.server.harness import QUESTION_CALL, SHELL_CALL
 from tests.model_server import Call, Hang, HttpError, MockModel, Reply, Text, ToolCalls, serve_model
 from tests.servers import (
@@ -69,7 +70,7 @@ class Site:
 
     tmp_path: Path
     config: Path
-    db: Path
+    db: Path | str
     mock: MockModel
 
     def running(self, name: str) -> contextlib.AbstractAsyncContextManager[Watched]:
@@ -91,7 +92,7 @@ async def site(
             timeouts=timeouts,
             permission=RULES,
         )
-        yield Site(tmp_path=tmp_path, config=config, db=tmp_path / "db.sqlite", mock=mock)
+        yield Site(tmp_path=tmp_path, config=config, db=db_for(tmp_path), mock=mock)
 
 
 async def start_turn(run: Watched, wait_for: str) -> str:

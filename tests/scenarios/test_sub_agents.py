@@ -20,6 +20,7 @@ from coordinator.errors import SessionBusy, SessionNotFound
 from coordinator.models.base import ModelRequest
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
+from tests.backends import db_for
 from tests.conftest import Recorder, make_config, running
 from tests.scenarios.test_stop_matrix import CountingModel
 from tests.servers import group_gone
@@ -435,10 +436,10 @@ async def test_shutdown_suspends_both_and_the_restart_resumes_the_child_inside_t
 
 
 def stored_status(tmp_path: Path, session_id: str) -> str:
-    from coordinator.store import open_store
+    from coordinator.store import open_read_view
 
-    with open_store(str(tmp_path / "db.sqlite")) as store:
-        session = store.read.get_session(session_id)
+    with open_read_view(db_for(tmp_path)) as reader:
+        session = reader.get_session(session_id)
         assert session is not None
         return session.status
 
@@ -585,7 +586,7 @@ async def test_an_interrupt_of_the_parent_kills_the_sub_agents_command_before_th
         await recorder.wait_for("session.tool.started", 2)
         child = child_id(recorder)
         with trio.fail_after(10):
-            while (group := coord.store.read.process_group_of(child, "call_sleep")) is None:  # noqa: ASYNC110
+            while (group := await _process_group(coord, child)) is None:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         assert not group_gone(group["pgid"])
         assert await coord.interrupt(session.id, by="api")
@@ -628,3 +629,7 @@ async def test_deleting_a_session_deletes_its_sub_agents_and_is_refused_while_on
             with pytest.raises(SessionNotFound):
                 await coord.get_session(gone)
         assert await coord.pending_permissions() == []
+
+
+async def _process_group(coord: Any, session_id: str) -> Any:
+    return await coord.store.read(lambda reader: reader.process_group_of(session_id, "call_sleep"))

@@ -78,8 +78,10 @@ async def test_a_zombie_owner_never_starts_a_tool_after_a_takeover(
         asked = await a_events.wait_for("permission.asked")
         await trio.testing.wait_all_tasks_blocked()
         # B takes the claim over, as it does once A's lease has run out (A is frozen, then thaws).
-        async with b.store.transaction() as tx:
-            assert tx.acquire_claim(session.id, b.instance_id, "now", takeover_from=a.instance_id) > 1
+        epoch = await b.store.write(
+            lambda tx: tx.acquire_claim(session.id, b.instance_id, "now", takeover_from=a.instance_id)
+        )
+        assert epoch > 1
         await a.reply_permission(session.id, asked.payload["request"]["id"], "once")
         await trio.testing.wait_all_tasks_blocked()
         for _ in range(50):  # real time: a started shell writes its file within milliseconds
@@ -104,11 +106,10 @@ async def test_a_turn_being_resumed_is_not_taken_from_its_live_owner(
         await c_events.wait_for("session.execution.resumed")
         await c_events.wait_for("permission.asked", 2)
         # C between its claim and its resume: the turn still reads suspended, the claim is C's.
-        async with c.store.transaction() as tx:
-            tx.set_turn_status(turn_id, "suspended")
-        claim = c.store.read.get_claim(session.id)
+        await c.store.write(lambda tx: tx.set_turn_status(turn_id, "suspended"))
+        claim = await c.store.read(lambda reader: reader.get_claim(session.id))
         assert claim is not None and claim.owner == c.instance_id and claim.state == "held"
         async with running(config, [DONE]):
             await trio.sleep(5)  # D's start and several watch ticks of both
-            now = c.store.read.get_claim(session.id)
+            now = await c.store.read(lambda reader: reader.get_claim(session.id))
             assert now is not None and (now.owner, now.epoch) == (c.instance_id, claim.epoch)

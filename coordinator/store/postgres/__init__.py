@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from coordinator.store.postgres._store import PostgresStore, open_postgres_store
+from coordinator.store.postgres._store import PostgresStore, open_postgres_read_view, open_postgres_store
 
-__all__ = ["PostgresStore", "open_postgres_store"]
+__all__ = ["PostgresStore", "open_postgres_read_view", "open_postgres_store"]

@@ -97,5 +97,10 @@ class PsycopgConnection:
     def json_text(self, column: str, key: str) -> str:
         return f"(({column})::jsonb ->> '{key}')"
 
+    def clock(self) -> float:
+        row = self._execute("SELECT extract(epoch FROM clock_timestamp())::float8", ()).fetchone()
+        assert row is not None
+        return float(row[0])
+
     def page_counts(self) -> tuple[int, int]:
         return 0, 0  # PostgreSQL's autovacuum gives space back itself

@@ -109,7 +109,8 @@ CREATE TABLE instances (
     boot_id TEXT NOT NULL,
     started_at TEXT NOT NULL,
     heartbeat DOUBLE PRECISION NOT NULL,
-    stopped INTEGER NOT NULL DEFAULT 0
+    stopped INTEGER NOT NULL DEFAULT 0,
+    node_id TEXT
 );
 CREATE TABLE permission_requests (
     id TEXT PRIMARY KEY,

@@ -17,16 +17,18 @@ publishes the same sequence.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 import psycopg_pool
 import structlog
 import trio
 
-from coordinator import errors
+from coordinator import clock, errors
 from coordinator.events import Event
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
@@ -37,11 +39,13 @@ from coordinator.store.postgres._migrations import MIGRATIONS
 from coordinator.store.postgres._tail import Tail
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 log = structlog.get_logger()
 
 CHANNEL = "coordinator_events"
-"""The NOTIFY channel: its payload is the seq of the last event a commit appended (ids only)."""
+"""The NOTIFY channel: its payload is ``ORIGIN:SEQ``, the committing store and its commit's last seq."""
 
 RETRIES = 5
 """How often a transaction a deadlock (or a serialization failure) aborted is run again."""
@@ -84,14 +88,13 @@ class PostgresStore:
         self.commit_observer: Callable[[float], None] | None = None
         self.last_own_seq = 0
         self._on_change: list[Callable[[], None]] = []
+        self._origin = os.urandom(6).hex()  # names this store's commits in their NOTIFY
 
     # the interface ---------------------------------------------------------------------------
     async def write(self, body: Callable[[Transaction], T], *, fence: Fence | None = None) -> T:
         await trio.lowlevel.checkpoint()
         began = time.perf_counter()
-        events, result = await trio.to_thread.run_sync(
-            self._write_in_thread, body, fence, limiter=self._limiter
-        )
+        events, result = await self._blocking(self._write_in_thread, body, fence)
         if self.commit_observer is not None:
             self.commit_observer(time.perf_counter() - began)
         if events:
@@ -103,7 +106,17 @@ class PostgresStore:
 
     async def read(self, query: Callable[[Reader], T]) -> T:
         await trio.lowlevel.checkpoint()
-        return await trio.to_thread.run_sync(self._read_in_thread, query, limiter=self._limiter)
+        return await self._blocking(self._read_in_thread, query)
+
+    async def _blocking(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``function`` in a worker thread of the pool's size; inline under a ``MockClock``.
+
+        **Cancellation:** not once the thread runs: the transaction ends, then ``Cancelled`` is raised.
+        """
+        call = functools.partial(function, *args, **kwargs)
+        if clock.virtual():
+            return call()
+        return await trio.to_thread.run_sync(call, limiter=self._limiter)
 
     async def durable(self) -> None:
         """Every commit is flushed before it returns; this waits until this node's own events are
@@ -134,7 +147,7 @@ class PostgresStore:
         """Listen for other nodes' commits and hand every event over in seq order, until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self._tail.serve)
-            await nursery.start(serve_listener, self.url, CHANNEL, self._changed)
+            await nursery.start(serve_listener, self.url, CHANNEL, self._origin, self._changed)
             task_status.started()
 
     def _changed(self) -> None:
@@ -165,7 +178,7 @@ class PostgresStore:
                     tx.fence(*fence)
                 result = body(tx)
                 if tx.events:
-                    sql.run("SELECT pg_notify(?, ?)", (CHANNEL, str(tx.events[-1].stored_seq)))
+                    sql.run("SELECT pg_notify(?, ?)", (CHANNEL, f"{self._origin}:{tx.events[-1].stored_seq}"))
                 if self.before_commit is not None:
                     self.before_commit(tx)
             return tx.events, result
@@ -249,3 +262,17 @@ def _safe(url: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(url)
     info.pop("password", None)
     return " ".join(f"{key}={value}" for key, value in info.items())
+
+
+@contextlib.contextmanager
+def open_postgres_read_view(url: str) -> Iterator[Reader]:
+    """A connection of its own to the database at ``url``, each statement its own snapshot, as a
+    read view (the checkers' reads, outside every node); closed on exit."""
+    try:
+        conn = psycopg.connect(url, **CONNECTION_KWARGS)
+    except psycopg.Error as exc:
+        raise errors.StoreError(f"cannot open the PostgreSQL store {_safe(url)}: {exc}") from exc
+    try:
+        yield SqlReader(PsycopgConnection(conn))
+    finally:
+        conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -76,6 +77,9 @@ class ApswConnection:
 
     def json_text(self, column: str, key: str) -> str:
         return f"json_extract({column}, '$.{key}')"
+
+    def clock(self) -> float:
+        return time.time()  # one machine: its clock is the store's
 
     def page_counts(self) -> tuple[int, int]:
         free = self.all("PRAGMA freelist_count")

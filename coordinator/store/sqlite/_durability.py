@@ -26,7 +26,6 @@ import contextlib
 import functools
 import os
 import queue
-import sys
 import threading
 import time
 from collections import deque
@@ -36,7 +35,7 @@ import apsw
 import outcome
 import trio
 
-from coordinator import errors
+from coordinator import clock, errors
 from coordinator.events import Event
 
 CHECKPOINT_PAGES = 1000
@@ -140,7 +139,7 @@ class GroupDurability:
         instead, since a thread would let the clock jump ahead while the disk works.
         """
         wal = None if self._path == ":memory:" else WalFile(self._path, self._busy_timeout_ms)
-        virtual = _virtual_clock()
+        virtual = clock.virtual()
         thread = None if virtual else SyncThread()
         blocking: Blocking = _inline if thread is None else thread.run
         self._tools = (wal, blocking)
@@ -225,13 +224,6 @@ class GroupDurability:
             # interleave (a fraction of the stall of checkpointing all of them here).
             with contextlib.suppress(apsw.BusyError, apsw.LockedError):
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-
-def _virtual_clock() -> bool:
-    """Whether trio runs on ``trio.testing.MockClock``. Whoever made one imported ``trio.testing``;
-    importing it here would cost every server 9 MiB of memory and 166 modules (measured)."""
-    testing = sys.modules.get("trio.testing")
-    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
 
 
 def _sync(wal: WalFile) -> None:

@@ -212,4 +212,10 @@ def _v6(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: apsw.Connection) -> None:
+    # Several nodes (contract section 11): an instance names the node it runs (``[server] node_id``)
+    # for ``GET /api/node``; NULL for an instance whose own id names it.
+    db.execute("ALTER TABLE instances ADD COLUMN node_id TEXT")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]

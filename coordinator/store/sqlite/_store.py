@@ -152,6 +152,9 @@ class SqliteStore:
         (the bus: nothing reaches a subscriber before it is durable)."""
         self._on_durable.append(callback)
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Never called: other processes' commits are looked for by the watch (``Bus.notice_foreign_commits``)."""
+
     def observe(self, *, commit: Callable[[float], None], sync: Callable[[float], None]) -> None:
         """Hand the seconds of every successful commit, and of every WAL fsync, to these callbacks."""
         self.commit_observer = commit

@@ -391,6 +391,7 @@ CONTRACT_ROUTES = {
     ("post", "/api/session/{sid}/interrupt"),
     ("post", "/api/session/{sid}/resume"),
     ("get", "/api/session/{sid}/message"),
+    ("get", "/api/node"),
     ("get", "/api/permission"),
     ("get", "/api/session/{sid}/permission"),
     ("post", "/api/session/{sid}/permission/{rid}/reply"),
