@@ -1,25 +1,46 @@
-"""The store's promises, for every backend: seq, atomic commits with their events, fencing, errors."""
+"""The store's promises, for every backend: seq, atomic commits with their events, fencing, the
+compare-and-sets that decide races; then what only SQLite has (apsw's errors, its file checks).
+
+The generic tests run on a SQLite file and on a PostgreSQL database (``tests/backends.py``), through
+nothing but the store interface (``Store.write``, ``Store.read``)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator import errors
 from coordinator.events import Draft
-from coordinator.store import SqliteStore, open_read_view, open_store
+from coordinator.reasons import Declined, Interrupt
+from coordinator.records import PermissionRequest
+from coordinator.store import Store, Transaction, open_read_view, open_store
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
+from tests.backends import backend, db_for, postgres_database
+
+__all__ = ["backend", "postgres_database"]
 
 
-@pytest.fixture(params=["sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore]:
-    with open_store(str(tmp_path / "store.sqlite"), synchronous="normal") as opened:
+@contextlib.asynccontextmanager
+async def serving(url: str) -> AsyncIterator[Store]:
+    """The store at ``url``, open and serving (durability on SQLite, the tail on PostgreSQL)."""
+    with open_store(url, synchronous="normal", pool_size=4) as store:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.serve)
+            yield store
+            nursery.cancel_scope.cancel(reason="the test is over")
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path) -> AsyncIterator[Store]:
+    async with serving(db_for(tmp_path)) as opened:
         yield opened
 
 
@@ -27,37 +48,49 @@ def draft(n: int) -> Draft:
     return Draft(type="test.event", session_id="s", payload={"n": n})
 
 
-async def test_events_commit_with_their_state_and_reach_the_bus_only_after(store: SqliteStore) -> None:
-    """A rolled-back transaction leaves neither its state nor its events, and publishes nothing."""
+def a_session_with_a_turn(tx: Transaction) -> None:
+    tx.insert_session("s1", "t", "now")
+    tx.insert_turn("t1", "s1", "go", "now")
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_events_commit_with_their_state_and_reach_the_bus_only_after(store: Store) -> None:
+    """A transaction that raised leaves neither its state nor its events, and publishes nothing."""
     published: list[int] = []
-    store.on_commit(lambda events: published.extend(e.seq for e in events))
-    with pytest.raises(RuntimeError):
-        async with store.transaction() as tx:
-            tx.insert_session("s1", "t", "now")
-            tx.emit(draft(1))
-            raise RuntimeError("boom")
-    assert store.read.get_session("s1") is None
-    assert store.read.events_after(0) == [] and published == []
-    async with store.transaction() as tx:
+    store.on_durable(lambda events: published.extend(e.seq for e in events))
+
+    def failing(tx: Transaction) -> None:
+        tx.insert_session("s1", "t", "now")
+        tx.emit(draft(1))
+        raise Boom
+
+    with pytest.raises(Boom):
+        await store.write(failing)
+    assert await store.read(lambda r: (r.get_session("s1"), r.events_after(0))) == (None, [])
+
+    def committed(tx: Transaction) -> None:
         tx.insert_session("s1", "t", "now")
         tx.emit(draft(2))
-    assert store.read.get_session("s1") is not None
+
+    await store.write(committed)
+    await store.durable()
+    assert await store.read(lambda r: r.get_session("s1")) is not None
     # A rolled-back seq was never published, so the next commit may take it.
-    assert published == [e.seq for e in store.read.events_after(0)] == [1]
+    assert published == [e.seq for e in await store.read(lambda r: r.events_after(0))] == [1]
 
 
-async def test_seq_survives_a_reopen_and_is_never_reused(tmp_path: Path) -> None:
-    """A restarted store continues after its highest seq, even one whose transaction rolled back."""
-    path = str(tmp_path / "seq.sqlite")
-    with open_store(path, synchronous="normal") as store:
-        async with store.transaction() as tx:
-            tx.emit(draft(1))
-            tx.emit(draft(2))
-    with open_store(path, synchronous="normal") as store:
-        async with store.transaction() as tx:
-            event = tx.emit(draft(3))
+async def test_seq_survives_a_reopen_and_is_never_reused(backend: str, tmp_path: Path) -> None:
+    """A restarted store continues after its highest seq."""
+    url = db_for(tmp_path)
+    async with serving(url) as store:
+        await store.write(lambda tx: [tx.emit(draft(1)), tx.emit(draft(2))])
+    async with serving(url) as store:
+        event = await store.write(lambda tx: tx.emit(draft(3)))
         assert event.seq == 3
-        assert [e.seq for e in store.read.events_after(0)] == [1, 2, 3]
+        assert [e.seq for e in await store.read(lambda r: r.events_after(0))] == [1, 2, 3]
 
 
 @settings(max_examples=30, deadline=None)
@@ -65,66 +98,123 @@ async def test_seq_survives_a_reopen_and_is_never_reused(tmp_path: Path) -> None
 def test_seq_is_strictly_increasing_and_gap_free_per_commit(
     tmp_path_factory: pytest.TempPathFactory, batches: list[list[bool]]
 ) -> None:
-    """Whatever commits and rollbacks happen, committed seqs strictly increase and a commit's are contiguous."""
-    import trio
+    """Whatever commits and rollbacks happen, committed seqs strictly increase and a commit's are
+    contiguous (SQLite; the same on PostgreSQL under concurrent writers: test_postgres.py)."""
 
     async def scenario() -> None:
-        with open_store(str(tmp_path_factory.mktemp("seq") / "s.sqlite"), synchronous="off") as store:
+        async with serving(str(tmp_path_factory.mktemp("seq") / "s.sqlite")) as store:
             committed: list[list[int]] = []
             store.on_commit(lambda events: committed.append([e.seq for e in events]))
             for batch in batches:
+
+                def body(tx: Transaction, batch: list[bool] = batch) -> None:
+                    for rollback in batch:
+                        tx.emit(draft(0))
+                        if rollback:
+                            raise ValueError
+
                 with contextlib.suppress(ValueError):
-                    async with store.transaction() as tx:
-                        for rollback in batch:
-                            tx.emit(draft(0))
-                            if rollback:
-                                raise ValueError
+                    await store.write(body)
             flat = [seq for commit in committed for seq in commit]
             assert flat == sorted(set(flat))
             for commit in committed:
                 assert commit == list(range(commit[0], commit[0] + len(commit)))
-            assert [e.seq for e in store.read.events_after(0, limit=10_000)] == flat
+            assert [e.seq for e in await store.read(lambda r: r.events_after(0, limit=10_000))] == flat
 
     trio.run(scenario)
 
 
-async def test_a_stale_claim_owner_is_fenced_out(store: SqliteStore) -> None:
+async def test_a_stale_claim_owner_is_fenced_out(store: Store) -> None:
     """After a takeover raises the epoch, the old owner's fenced writes fail and write nothing."""
-    async with store.transaction() as tx:
+
+    def claims(tx: Transaction) -> tuple[int, int, int]:
         tx.insert_session("s1", "t", "now")
         first = tx.acquire_claim("s1", "owner-a", "now", takeover_from=None)
-        assert tx.acquire_claim("s1", "owner-b", "now", takeover_from=None) == 0
+        refused = tx.acquire_claim("s1", "owner-b", "now", takeover_from=None)
         second = tx.acquire_claim("s1", "owner-b", "now", takeover_from="owner-a")
-    assert second == first + 1
+        return first, refused, second
+
+    first, refused, second = await store.write(claims)
+    assert refused == 0 and second == first + 1
     with pytest.raises(errors.Fenced):
-        async with store.transaction() as tx:
-            tx.fence("s1", "owner-a", first)
-            tx.set_last_outcome("s1", "failed")
-    session = store.read.get_session("s1")
+        await store.write(lambda tx: tx.set_last_outcome("s1", "failed"), fence=("s1", "owner-a", first))
+    session = await store.read(lambda r: r.get_session("s1"))
     assert session is not None and session.last_outcome is None
-    async with store.transaction() as tx:
-        tx.fence("s1", "owner-b", second)
+    await store.write(lambda tx: tx.set_last_outcome("s1", "failed"), fence=("s1", "owner-b", second))
 
 
 async def test_a_parked_turn_is_released_once_and_never_parked_again_before_its_takeover(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     """Parking and its release are compare-and-sets: a watch that read the turn before a resume was
     asked cannot park it again (the resume would be lost), and a second resume finds nothing."""
-    async with store.transaction() as tx:
-        tx.insert_session("s1", "t", "now")
-        tx.insert_turn("t1", "s1", "go", "now")
+
+    def park(tx: Transaction) -> tuple[bool, bool]:
+        a_session_with_a_turn(tx)
         tx.set_turn_status("t1", "suspended")
-        assert tx.park_turn("t1") and not tx.park_turn("t1")
-    assert store.read.parked_turn_ids() == {"t1"} and store.read.is_parked("t1")
-    async with store.transaction() as tx:
-        assert tx.release_parked("t1") and not tx.release_parked("t1")
-        assert not tx.park_turn("t1")  # the late watch
-        assert tx.parked_turn("s1") is None
-    assert store.read.parked_turn_ids() == set() and store.read.resume_asked_turn_ids() == {"t1"}
-    async with store.transaction() as tx:
-        assert tx.mark_resumed("t1", "shutdown")
-    assert store.read.resume_asked_turn_ids() == set() and not store.read.is_parked("t1")
+        return tx.park_turn("t1"), tx.park_turn("t1")
+
+    assert await store.write(park) == (True, False)
+    assert await store.read(lambda r: (r.parked_turn_ids(), r.is_parked("t1"))) == ({"t1"}, True)
+
+    def release(tx: Transaction) -> tuple[bool, bool, bool, Any]:
+        # the late watch parks nothing once a resume was asked
+        return tx.release_parked("t1"), tx.release_parked("t1"), tx.park_turn("t1"), tx.parked_turn("s1")
+
+    assert await store.write(release) == (True, False, False, None)
+    assert await store.read(lambda r: (r.parked_turn_ids(), r.resume_asked_turn_ids())) == (set(), {"t1"})
+    assert await store.write(lambda tx: tx.mark_resumed("t1", "shutdown"))
+    assert await store.read(lambda r: (r.resume_asked_turn_ids(), r.is_parked("t1"))) == (set(), False)
+
+
+def _request(request_id: str) -> PermissionRequest:
+    return PermissionRequest(
+        id=request_id, session_id="s1", call_id="c1", action="shell", resource="ls", status="pending",
+        created_at="now",
+    )  # fmt: skip
+
+
+async def test_of_concurrent_replies_to_one_request_exactly_one_wins(store: Store) -> None:
+    """Replies race (two nodes, two HTTP requests): the compare-and-set lets exactly one settle it,
+    and the request keeps the winner's decision."""
+
+    def ask(tx: Transaction) -> None:
+        a_session_with_a_turn(tx)
+        tx.insert_permission(_request("r1"), "t1", None)
+
+    await store.write(ask)
+    won: list[str] = []
+
+    async def reply(decision: str) -> None:
+        if await store.write(lambda tx: tx.reply_permission("r1", decision, None)):
+            won.append(decision)
+
+    async with trio.open_nursery() as nursery:
+        for decision in ("once", "reject", "always", "once", "reject", "once"):
+            nursery.start_soon(reply, decision)
+    assert len(won) == 1
+    request = await store.read(lambda r: r.get_permission("r1"))
+    assert request is not None and request.status == "replied" and request.decision == won[0]
+
+
+async def test_of_concurrent_stop_intents_for_one_turn_the_first_committed_wins(store: Store) -> None:
+    """Two decisions stopping one turn (say an interrupt on one node, a decline on another): one
+    intent is recorded, and the turn keeps it."""
+    await store.write(a_session_with_a_turn)
+    await store.write(lambda tx: tx.set_turn_status("t1", "running"))
+    reasons = [Interrupt.by_person("api"), Declined.by_permission("c1")] * 3
+    recorded = []
+
+    async def decide(reason: Any) -> None:
+        if await store.write(lambda tx: tx.record_stop_intent("t1", reason)):
+            recorded.append(reason)
+
+    async with trio.open_nursery() as nursery:
+        for reason in reasons:
+            nursery.start_soon(decide, reason)
+    assert len(recorded) == 1
+    turn = await store.read(lambda r: r.get_turn("t1"))
+    assert turn is not None and turn.stop_reason == recorded[0]
 
 
 def test_every_apsw_error_is_translated_at_the_boundary() -> None:
