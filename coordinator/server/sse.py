@@ -19,9 +19,10 @@ import trio
 from starlette.types import Receive, Scope, Send
 
 from coordinator._coordinator import Coordinator
-from coordinator.bus import SessionSet, truncation
 from coordinator.events import STREAM_TRUNCATED, Event
+from coordinator.live_buffer import SessionSet
 from coordinator.store import Reader
+from coordinator.subscription import truncation
 
 KEEPALIVE_SECONDS = 15.0
 """Idle seconds after which a ``: keep-alive`` comment is sent."""
