@@ -217,7 +217,7 @@ async def _execute(
         if fenced is not None:
             raise fenced from exc
         log.error("turn_failed", exc_info=exc)
-        return scope.handle.reason or Failure.internal(exc)
+        return stops.failed_turn(scope, exc)
     if scope.handle.scope.cancelled_caught:
         return scope.handle.reason_or_failure()
     return scope.handle.reason

@@ -10,17 +10,18 @@ call's name in ``tools``, the runtime's tool table.
 
 from __future__ import annotations
 
-import types
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import structlog
 
+from actors import stops
 from coordinator import events, wire
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
-from coordinator.reasons import Failure, ParentLink, StopReason, from_parent
+from coordinator.reasons import Failure, ParentLink, StopReason
 from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
@@ -33,14 +34,9 @@ log = structlog.get_logger()
 # this many characters (of its JSON); the full output stays in the store, on the nested call's row.
 PREVIEW_CHARS = 2000
 
-# The tool table of a settlement told no runtime's (a test's, whose runtime has no tools either): every
-# call's tool is unknown, so it has no capabilities.
-NO_TOOLS: Mapping[str, Tool] = types.MappingProxyType({})
-
 
 def preview(output: Any) -> Any:
     """``output`` itself when its JSON is short, else its JSON text cut to ``PREVIEW_CHARS``."""
-    import json
 
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     if len(text) <= PREVIEW_CHARS:
@@ -51,7 +47,8 @@ def preview(output: Any) -> Any:
 def waits_on_a_person(read: Reader, session_id: str, call_id: str) -> bool:
     """Does the call have a pending permission request or form?"""
     return bool(
-        read.pending_permission_of_call(session_id, call_id) or read.pending_form_of_call(session_id, call_id)
+        read.permission_of_call(session_id, call_id, pending=True)
+        or read.form_of_call(session_id, call_id, pending=True)
     )
 
 
@@ -74,16 +71,16 @@ def restorable(read: Reader, call: ToolCallRow) -> bool:
     session_id, call_id = call.session_id, call.call_id
     if waits_on_a_person(read, session_id, call_id):
         return True
-    request = read.latest_permission_of_call(session_id, call_id)
+    request = read.permission_of_call(session_id, call_id, pending=False)
     if request is not None:
         return request.status == "replied" and not read.tool_started(session_id, call_id)
-    form = read.latest_form_of_call(session_id, call_id)
+    form = read.form_of_call(session_id, call_id, pending=False)
     return form is not None and form.status in ("submitted", "cancelled")
 
 
 def restored_request(read: Reader, call: ToolCallRow) -> PermissionRequest | None:
     """The permission request a restorable call restores: pending (asked again) or replied (applied)."""
-    request = read.latest_permission_of_call(call.session_id, call.call_id)
+    request = read.permission_of_call(call.session_id, call.call_id, pending=False)
     return request if request is not None and request.status in ("pending", "replied") else None
 
 
@@ -98,10 +95,10 @@ def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> boo
 
 def revoke_waits_of_call(tx: Transaction, session_id: str, call_id: str, reason: StopReason) -> None:
     """Revoke the call's pending permission request and form, each with one event."""
-    request = tx.pending_permission_of_call(session_id, call_id)
+    request = tx.permission_of_call(session_id, call_id, pending=True)
     if request is not None and tx.revoke_permission(request.id, reason):
         tx.emit(events.permission_revoked(request, reason))
-    form = tx.pending_form_of_call(session_id, call_id)
+    form = tx.form_of_call(session_id, call_id, pending=True)
     if form is not None and tx.settle_form(form.id, "revoked", reason=reason):
         tx.emit(events.form_revoked(form, reason))
 
@@ -114,7 +111,7 @@ def settle_call(
     output: Any = None,
     error: ToolError | None = None,
     partial: Partial | None = None,
-    stopped_for: StopReason | None = None,
+    stopped_for: StopReason | None,
 ) -> bool:
     """Settle ``call`` (succeeded without ``error``, else failed), after whatever it leaves behind.
 
@@ -218,10 +215,7 @@ def settle_sub_agent_turn(
     if sub_turn is None or sub_turn.status == "settled":
         return
     link = ParentLink(session_id=call.session_id, call_id=call.call_id)
-    own = sub_turn.stop_reason if sub_turn.status == "stopping" else None
-    if own is None and stopped_for is None:
-        own = Failure.sub_agent_orphaned(call.call_id)
-    sub_reason = own or from_parent(stopped_for, link)  # type: ignore[arg-type]
+    sub_reason = stops.sub_agent_reason(sub_turn, stopped_for, link)
     sweep(tx, sub_turn.session_id, sub_turn.id, sub_reason, tools=tools)
     end_turn(tx, sub_turn.session_id, sub_turn.id, sub_reason)
 
@@ -298,7 +292,7 @@ def sweep(
     *,
     keep: Keep | None = None,
     error: ToolError | None = None,
-    tools: Mapping[str, Tool] = NO_TOOLS,
+    tools: Mapping[str, Tool],
 ) -> None:
     """Settle, with ``reason``, whatever of the turn is still unsettled, children before parents:
     every pending wait revoked, then every call failed (nested calls first), then every step.
@@ -342,9 +336,7 @@ class Recovered:
 RESTART_ERROR = ToolError(type="interrupted", message="the server restarted while this tool call was running")
 
 
-def recover(
-    tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[str, Tool] = NO_TOOLS
-) -> Recovered:
+def recover(tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[str, Tool]) -> Recovered:
     """Settle what a previous process left running in a turn that resumes (after a shutdown or a
     crash), through ``sweep``, exactly as a live stop settles: a restart fails it (``interrupted``).
     Keeps and returns the calls a start can continue: those ``restorable``, and task calls whose

@@ -138,15 +138,34 @@ def failing_on_error(turn: TurnScope, what: str) -> Iterator[None]:
         raise
 
 
+def failed_turn(turn: TurnScope, exc: Exception) -> StopReason:
+    """The reason of a turn whose actors raised ``exc`` to the turn itself: the reason they were
+    already stopping for (``failing_on_error`` records it first), else an internal failure."""
+    return turn.handle.reason or Failure.internal(exc)
+
+
+def sub_agent_reason(sub_turn: TurnRow, stopped_for: StopReason | None, link: ParentLink) -> StopReason:
+    """The reason a sub-agent's turn left unsettled by its task call (a crash, a failed commit)
+    settles with: its own committed stop if it has one, else the call's stop with ``parent`` naming
+    the call, else (the call ended without a stop, and the sub-agent's settlement was lost) a failure
+    of its own."""
+    if sub_turn.status == "stopping" and sub_turn.stop_reason is not None:
+        return sub_turn.stop_reason
+    if stopped_for is not None:
+        return from_parent(stopped_for, link)
+    return Failure.sub_agent_orphaned(link.call_id)
+
+
 def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> StopReason | None:
     """The reason a turn settles with, read in its settlement's transaction (None: succeeded).
 
-    A stop committed as the turn's intent wins over what the actors stopped with when that was a
-    shutdown (a decline committed while a shutdown suspends the turn ends it declined, never
-    resumed), and over a success (an interrupt committed as the last step finished).
+    A stop committed as the turn's intent wins over whatever the actors stopped with that recorded
+    none: over a shutdown (a decline committed while a shutdown suspends the turn ends it declined,
+    never resumed), over a success (an interrupt committed as the last step finished), and over a
+    local failure or a parent's stop that another process's committed decision came before (that
+    process has answered its client already: ``{interrupted: true}``). When the actors stopped for
+    the intent itself, the two are the same reason.
     """
-    if reason is not None and not reason.resumable:
-        return reason
     row = tx.get_turn(turn_id)
     if row is not None and row.status == "stopping" and row.stop_reason is not None:
         return row.stop_reason

@@ -228,7 +228,9 @@ def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = N
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
     tools = turn.runtime.tools
-    await turn.write(lambda tx: settlement.settle_call(tx, call, tools=tools, output=output))
+    await turn.write(
+        lambda tx: settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None)
+    )
 
 
 async def _settle_failed(
@@ -236,7 +238,8 @@ async def _settle_failed(
     call: ToolCallRow,
     error: ToolError,
     partial: Partial | None,
-    stopped_for: StopReason | None = None,
+    *,
+    stopped_for: StopReason | None,
 ) -> None:
     tools = turn.runtime.tools
     await turn.write(

@@ -321,7 +321,7 @@ class QuestionWait:
         return None
 
     def kept(self, tx: Transaction, session_id: str, call_id: str) -> Form | None:
-        latest = tx.latest_form_of_call(session_id, call_id)
+        latest = tx.form_of_call(session_id, call_id, pending=False)
         return latest if latest is not None and latest.status != "revoked" else None
 
     def new(self, session_id: str, call_id: str) -> Form:

@@ -7,7 +7,8 @@ The public surface is ``open_coordinator`` and the ``Coordinator`` it yields, pl
 
 from __future__ import annotations
 
-from coordinator._coordinator import Coordinator, open_coordinator
+from coordinator._coordinator import Coordinator
+from coordinator._open import open_coordinator
 from coordinator.records import Session
 
 __all__ = ["Coordinator", "Session", "open_coordinator"]

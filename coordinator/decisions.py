@@ -139,6 +139,9 @@ async def reply_permission(
         raise errors.InvalidRequest(message=f"decision must be one of once, always, reject; got {decision!r}")
     if message is not None and not isinstance(message, str):
         raise errors.InvalidRequest(message="message must be a string")
+    # An empty message is no message: a reject without one is a declined stop, everywhere it is read
+    # (here, and by a restored wait reading the stored reply back).
+    message = message or None
 
     def reply(tx: Transaction) -> tuple[PermissionRequest, str, list[PermissionRequest], StopReason | None]:
         _refuse_if_closing(runtime)
@@ -153,7 +156,7 @@ async def reply_permission(
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
         stop = None
-        if decision == "reject" and not message:
+        if decision == "reject" and message is None:
             declined = Declined.by_permission(request.call_id)
             stop = stops.decide_in(tx, turn_id, declined, live=runtime.turns.get(turn_id))
         return replied, turn_id, also, stop

@@ -101,7 +101,7 @@ class ActorSpan:
         if reason.outcome in _FAILED_OUTCOMES:
             self._error(reason.type, reason.describe())
 
-    def failed(self, error_type: str, message: str, *, stopped_for: StopReason | None = None) -> None:
+    def failed(self, error_type: str, message: str, *, stopped_for: StopReason | None) -> None:
         """The actor failed on its own (a tool's failure), unless its turn was stopping meanwhile:
         then the stop is what ended it, and its reason is recorded instead."""
         if stopped_for is not None:
@@ -135,7 +135,7 @@ class ActorSpan:
         if reason is not None:
             self.stopped(reason)
         elif exc is not None:
-            self.failed(type(exc).__name__, str(exc))
+            self.failed(type(exc).__name__, str(exc), stopped_for=None)
 
 
 def _only_cancelled(exc: BaseException | None) -> bool:

@@ -146,8 +146,8 @@ class CommitWatch:
 
     def _check_call(self, event: Event) -> None:
         read, session_id, call_id = self.view, str(event.session_id), event.payload["call_id"]
-        request = read.pending_permission_of_call(session_id, call_id)
-        form = read.pending_form_of_call(session_id, call_id)
+        request = read.permission_of_call(session_id, call_id, pending=True)
+        form = read.form_of_call(session_id, call_id, pending=True)
         error = event.payload.get("error")
         how = "succeeded" if error is None else f"failed {error['type']}: {error['message']}"
         for wait in (request, form):

@@ -65,6 +65,13 @@ def _session(row: tuple[Any, ...]) -> Session:
     )
 
 
+# A call's wait: the pending one, or the latest whatever its status.
+_OF_CALL = {
+    True: " WHERE session_id = ? AND call_id = ? AND status = 'pending'",
+    False: " WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1",
+}
+
+
 def _in(column: str, values: list[str]) -> str:
     """`` AND column IN (?, ...)`` for ``values`` (never empty: a session and its descendants)."""
     return f" AND {column} IN ({', '.join('?' for _ in values)})"
@@ -299,19 +306,8 @@ class SqlReader(api.Reader):
         where, args = _pending_filter(session_id, turn_id, session_ids)
         return [PERMISSION_ROW.load(r) for r in self._all(_PERMISSIONS + where + " ORDER BY ord", args)]
 
-    def pending_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None:
-        row = self._one(
-            _PERMISSIONS + " WHERE session_id = ? AND call_id = ? AND status = 'pending'",
-            (session_id, call_id),
-        )
-        return PERMISSION_ROW.load_or_none(row)
-
-    def latest_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None:
-        row = self._one(
-            _PERMISSIONS + " WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1",
-            (session_id, call_id),
-        )
-        return PERMISSION_ROW.load_or_none(row)
+    def permission_of_call(self, session_id: str, call_id: str, *, pending: bool) -> PermissionRequest | None:
+        return PERMISSION_ROW.load_or_none(self._one(_PERMISSIONS + _OF_CALL[pending], (session_id, call_id)))
 
     def session_rules(self, session_id: str) -> list[Rule]:
         rows = self._all(
@@ -335,17 +331,8 @@ class SqlReader(api.Reader):
         where, args = _pending_filter(session_id, turn_id, session_ids)
         return [FORM_ROW.load(r) for r in self._all(_FORMS + where + " ORDER BY ord", args)]
 
-    def pending_form_of_call(self, session_id: str, call_id: str) -> Form | None:
-        row = self._one(
-            _FORMS + " WHERE session_id = ? AND call_id = ? AND status = 'pending'", (session_id, call_id)
-        )
-        return FORM_ROW.load_or_none(row)
-
-    def latest_form_of_call(self, session_id: str, call_id: str) -> Form | None:
-        row = self._one(
-            _FORMS + " WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1", (session_id, call_id)
-        )
-        return FORM_ROW.load_or_none(row)
+    def form_of_call(self, session_id: str, call_id: str, *, pending: bool) -> Form | None:
+        return FORM_ROW.load_or_none(self._one(_FORMS + _OF_CALL[pending], (session_id, call_id)))
 
     # events ---------------------------------------------------------------------------------
     def events_after(

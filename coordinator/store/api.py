@@ -136,9 +136,8 @@ class Reader(Protocol):
         """Pending requests, in the order they were asked; of one session, of several, of one turn."""
         ...
 
-    def pending_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None: ...
-    def latest_permission_of_call(self, session_id: str, call_id: str) -> PermissionRequest | None:
-        """The call's last permission request, whatever its status."""
+    def permission_of_call(self, session_id: str, call_id: str, *, pending: bool) -> PermissionRequest | None:
+        """The call's pending permission request (``pending``), or its last one whatever its status."""
         ...
 
     def session_rules(self, session_id: str) -> list[Rule]: ...
@@ -147,9 +146,8 @@ class Reader(Protocol):
     def pending_forms(
         self, session_id: str | None = None, turn_id: str | None = None, session_ids: list[str] | None = None
     ) -> list[Form]: ...
-    def pending_form_of_call(self, session_id: str, call_id: str) -> Form | None: ...
-    def latest_form_of_call(self, session_id: str, call_id: str) -> Form | None:
-        """The call's last form, whatever its status."""
+    def form_of_call(self, session_id: str, call_id: str, *, pending: bool) -> Form | None:
+        """The call's pending form (``pending``), or its last one whatever its status."""
         ...
 
     # events

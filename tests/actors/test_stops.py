@@ -164,3 +164,19 @@ async def test_an_unexpected_exception_stops_the_turn_with_a_typed_failure(tmp_p
             raise KeyError("boom")
         assert turn.handle.reason == Failure(message="internal error in step s: KeyError: 'boom'")
         await trio.lowlevel.checkpoint()
+
+
+async def test_a_stop_committed_elsewhere_wins_over_a_local_failure_that_recorded_no_intent(
+    tmp_path: Path,
+) -> None:
+    """Another process committed an interrupt (and answered its client ``true``) before this one
+    applied it, and meanwhile an actor here failed: the durable decision is the turn's reason."""
+    async with open_harness(tmp_path) as harness:
+        turn = harness.live()
+        async with harness.store.transaction() as tx:
+            stops.decide_in(tx, "turn_1", Interrupt.by_person("api"), live=None)
+        with pytest.raises(RuntimeError), stops.failing_on_error(turn, "a step"):
+            raise RuntimeError("boom")
+        assert turn.handle.reason == Failure.internal(RuntimeError("boom"), "a step")
+        async with harness.store.transaction() as tx:
+            assert stops.settle_reason(tx, "turn_1", turn.handle.reason) == Interrupt(by="api")

@@ -16,6 +16,7 @@ from coordinator.config import Config
 from coordinator.events import Event
 from coordinator.models.scripted import ScriptedModel
 from coordinator.store import Store, open_store
+from coordinator.tools.registry import build_tools
 
 AT = "2026-12-03T00:00:00.000Z"
 OWNER = "inst_here"
@@ -53,12 +54,13 @@ async def open_harness(tmp_path: Path, *, status: str = "running") -> AsyncItera
             assert tx.acquire_claim("ses_1", OWNER, AT, takeover_from=None) > 0
         committed: list[Event] = []
         store.on_commit(committed.extend)
+        config = Config(base_dir=tmp_path)
         runtime = Runtime(
             store=store,
             bus=Bus(store, store.read.last_seq()),
-            config=Config(base_dir=tmp_path),
+            config=config,
             model=ScriptedModel.from_json([{"text": "done"}]),
-            tools={},
+            tools=build_tools(config),
             instance_id=OWNER,
             workdir=tmp_path,
         )

@@ -74,6 +74,31 @@ async def test_always_adds_a_session_rule_and_resolves_the_other_pending_request
         assert await coord.pending_permissions() == []
 
 
+@pytest.mark.parametrize("message", [None, ""])
+async def test_a_reject_with_no_message_or_an_empty_one_is_a_declined_stop(
+    config: Config, message: str | None
+) -> None:
+    """An empty message is no message: the turn stops declined (seed 000's cause), and the stored
+    reply says so, so a restored wait reading it back after a restart decides the same."""
+    async with running(config, [shell_calls("rm -rf /tmp/x"), DONE]) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        request_id = (await recorder.wait_for("permission.asked")).payload["request"]["id"]
+        await coord.reply_permission(session.id, request_id, "reject", message)
+        idle = await recorder.wait_for("session.idle")
+        assert idle.payload["outcome"] == "declined"
+        types = recorder.types(session.id)
+        assert types[types.index("permission.asked") + 1 :] == [
+            "permission.replied",
+            "session.tool.failed",
+            "session.step.failed",
+            "session.execution.interrupted",
+            "session.idle",
+        ]
+        stored = await coord.store.read(lambda reader: reader.permission_wait_row(request_id))
+        assert stored is not None and stored.message is None
+
+
 async def test_a_reply_to_a_settled_request_names_its_settlement(config: Config) -> None:
     """A late reply is a 409 with the settlement, never "not found" (seed 003)."""
     async with running(config, [shell_calls("echo hi"), DONE]) as (coord, recorder):
