@@ -162,6 +162,9 @@ class TurnScope:
     live_waits: int = 0
     # Calls of a resumed turn whose kept wait is not re-opened yet: they count as live waits.
     unopened_waits: set[str] = attrs.Factory(set)
+    # The settlements a stop's cleanups left for the turn's own last transaction, in the order the
+    # cleanups ran: children before parents (``settle``).
+    deferred: list[Callable[[Transaction], object]] = attrs.Factory(list)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -176,6 +179,34 @@ class TurnScope:
         **Raises:** ``Fenced`` when another instance took the claim over; ``StoreError``.
         """
         return await self.runtime.store.write(body, fence=self.fence)
+
+    async def settle(self, body: Callable[[Transaction], object]) -> bool:
+        """A cleanup's settlement: a wait's revocation, a call's or a step's failure. Returns whether it
+        was written now.
+
+        While the turn stops, the body is deferred to the turn's own settlement, which runs every
+        deferred body in the order the cleanups ran (children before parents, as each parent's
+        cleanup waits for its children), then its sweep and terminal event, in one fenced transaction:
+        a stop is one commit, not one per actor, and its events keep their order (seq is insertion
+        order). Replies to the stopping turn's waits are refused meanwhile (``decisions``), so
+        nothing is decided on a wait whose revocation is only deferred. Otherwise (a tool's own
+        failure while the turn goes on) it is written at once.
+
+        **Cancellation:** a checkpoint when deferred; a deferred body is kept whatever happens next.
+
+        **Raises:** as ``write`` when written now.
+        """
+        if self.stopping:
+            self.deferred.append(body)
+            await trio.lowlevel.checkpoint()
+            return False
+        await self.write(body)
+        return True
+
+    def take_deferred(self) -> list[Callable[[Transaction], object]]:
+        """The deferred settlements, handed to the turn's own settlement (once)."""
+        deferred, self.deferred = self.deferred, []
+        return deferred
 
     async def check_claim(self) -> None:
         """Raise ``Fenced`` unless this instance still holds the claim at this turn's epoch.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import attrs
 import structlog
@@ -302,8 +303,11 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
         if text.turn_id == scope.turn_id
     }
     tools = scope.runtime.tools
+    deferred = scope.take_deferred()
 
-    def settle(tx: Transaction) -> StopReason | None:
+    def settle(tx: Transaction, deferred: list[Callable[[Transaction], object]]) -> StopReason | None:
+        for body in deferred:  # the stop's cleanups, children before parents (TurnScope.settle)
+            body(tx)
         settled_as = stops.settle_reason(tx, scope.turn_id, reason)
         if settled_as is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
@@ -313,7 +317,15 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
         settlement.end_turn(tx, scope.session_id, scope.turn_id, settled_as)
         return settled_as
 
-    settled = await scope.write(settle)
+    try:
+        settled = await scope.write(functools.partial(settle, deferred=deferred))
+    except StoreError as exc:
+        if not deferred:
+            raise
+        # As when a child's own commit failed: the sweep settles what the cleanups had left, from
+        # the store, with the stop's reason, children first.
+        log.warning("turn_settlement_written_again", error=str(exc))
+        settled = await scope.write(functools.partial(settle, deferred=[]))
     if settled is None:
         log.info("turn_succeeded")
     else:

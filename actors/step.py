@@ -241,11 +241,12 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     await turn.checkpoint("settle.step")
     unrecorded, tools = text.unrecorded(), turn.runtime.tools
 
-    def fail(tx: Transaction) -> StopReason:
+    def fail(tx: Transaction) -> None:
         settled_as = stops.settle_reason(tx, turn.turn_id, reason) or reason
         settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, settled_as, unrecorded, tools=tools)
-        return settled_as
 
-    reason = await turn.write(fail)
-    _recorded(turn, step_id, text)
+    if await turn.settle(fail):
+        _recorded(turn, step_id, text)
+    # Deferred: the text stays in ``runtime.step_texts`` until the turn's settlement is committed, for
+    # the sweep should that transaction be written again without the deferred settlements.
     return reason

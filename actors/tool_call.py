@@ -242,7 +242,7 @@ async def _settle_failed(
     stopped_for: StopReason | None,
 ) -> None:
     tools = turn.runtime.tools
-    await turn.write(
+    await turn.settle(
         lambda tx: settlement.settle_call(
             tx, call, tools=tools, error=error, partial=partial, stopped_for=stopped_for
         )
@@ -257,7 +257,7 @@ async def _settle_stopped(
         # A restored call stopped before it re-opened its kept wait: that wait is revoked now, with
         # the stop's reason, and counts among the waits every call's failure comes after.
         if not await _kept_for_restore(turn, call, reason):
-            await turn.write(
+            await turn.settle(
                 lambda tx: settlement.revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
             )
         turn.forget_unopened_wait(call.call_id)

@@ -217,7 +217,7 @@ async def _settle(
     if reason.resumable and restorable:
         log.info(kind.kept_log, **{kind.id_key: asked.id}, reason=reason.type)
         return
-    await turn.write(lambda tx: kind.revoke(tx, asked, reason))
+    await turn.settle(lambda tx: kind.revoke(tx, asked, reason))
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ from coordinator import errors, events, permissions, wire
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
-from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session
+from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session, Settlement
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
@@ -147,6 +147,12 @@ async def reply_permission(
         _refuse_if_closing(runtime)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
+        if (stopping := _stop_of(tx, turn_id)) is not None:
+            raise errors.PermissionAlreadySettled(
+                message=f"permission request {request_id!r} is revoked: its turn is stopping",
+                request_id=request_id,
+                settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+            )
         if not tx.reply_permission(request_id, decision, message):
             # Settled since it was read, by a transaction the store ran alongside this one
             # (PostgreSQL); the compare-and-set decides, and this one answers as a late reply does.
@@ -217,6 +223,14 @@ def _pending_request(tx: Transaction, session_id: str, request_id: str) -> Permi
     return request
 
 
+def _stop_of(tx: Transaction, turn_id: str) -> StopReason | None:
+    """The stop committed for the wait's turn, if any: its waits are as good as revoked with that
+    reason (their revocation may be deferred to the turn's settlement), so an answer is refused with
+    the settlement it is about to get, never accepted and then ignored."""
+    turn = tx.get_turn(turn_id)
+    return turn.stop_reason if turn is not None and turn.status == "stopping" else None
+
+
 def _wait_turn(tx: Transaction, request_id: str) -> str:
     row = tx.permission_wait_row(request_id)
     assert row is not None
@@ -243,6 +257,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
     def submit(tx: Transaction) -> Form:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
+        _refuse_if_form_stopping(tx, form_id)
         _validate_answers(form, answers)
         if not tx.settle_form(form_id, "submitted", answers=answers):
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
@@ -261,7 +276,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
     def dismiss(tx: Transaction) -> tuple[Form, str, StopReason | None]:
         _refuse_if_closing(runtime)
         form = _pending_form(tx, session_id, form_id)
-        turn_id = _form_turn(tx, form_id)
+        turn_id = _refuse_if_form_stopping(tx, form_id)
         if not tx.settle_form(form_id, "cancelled", message=message or None):
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         cancelled = tx.get_form(form_id)
@@ -292,6 +307,18 @@ def _pending_form(tx: Transaction, session_id: str, form_id: str) -> Form:
             settlement=wire.unstructure(form.settlement()),
         )
     return form
+
+
+def _refuse_if_form_stopping(tx: Transaction, form_id: str) -> str:
+    """The form's turn; ``FormAlreadySettled`` (revoked, with the stop's reason) while it stops."""
+    turn_id = _form_turn(tx, form_id)
+    if (stopping := _stop_of(tx, turn_id)) is not None:
+        raise errors.FormAlreadySettled(
+            message=f"form {form_id!r} is revoked: its turn is stopping",
+            form_id=form_id,
+            settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+        )
+    return turn_id
 
 
 def _form_turn(tx: Transaction, form_id: str) -> str:
