@@ -186,6 +186,16 @@ def settled_by(c: Cluster, session_id: str) -> list[str]:
     ]
 
 
+async def settler(c: Cluster, session_id: str) -> str:
+    """The one node that ended the session's turn. Its log line follows the commit, so a stream may
+    deliver ``session.idle`` first: it is waited for."""
+    with trio.fail_after(WAIT_SECONDS):
+        while not settled_by(c, session_id):  # noqa: ASYNC110 (other processes' log files)
+            await trio.sleep(POLL)
+    [node_id] = settled_by(c, session_id)
+    return node_id
+
+
 async def test_a_killed_nodes_command_is_killed_and_its_turn_resumed_once_by_another_node(
     tmp_path: Path,
 ) -> None:
@@ -221,8 +231,7 @@ async def test_a_killed_nodes_command_is_killed_and_its_turn_resumed_once_by_ano
             assert resumed["after"] == "crash"
             [failed] = [e for e in c.stored(session_id) if e["type"] == "session.tool.failed"]
             assert (failed["call_id"], failed["error"]["type"]) == ("call_sleep", "interrupted")
-            [taker] = settled_by(c, session_id)
-            assert taker != owner.id
+            assert await settler(c, session_id) != owner.id
             claim = c.claim(session_id)
             assert (claim.state, claim.epoch) == ("released", epoch + 1)
             assert len(c.mock.requests) == 2 and mentions_restart(c.mock.requests[1])
@@ -329,7 +338,7 @@ async def test_a_frozen_node_loses_its_turn_after_the_lease_and_commits_or_start
                 "call_again",
             ]
             assert lines_of(starts) == [str(frozen.server.pid), str(taker.server.pid)]
-            assert settled_by(c, session_id) == [taker.id]
+            assert await settler(c, session_id) == taker.id
             claim = c.claim(session_id)
             assert (claim.state, claim.epoch) == ("released", epoch + 1)
             # The woken node's call returned "slept", but that result was never written.
@@ -444,7 +453,7 @@ async def test_replies_and_interrupts_sent_to_other_nodes_are_applied_by_the_nod
             [stopped] = [e for e in stored if e["type"] == "session.execution.interrupted"]
             assert stopped["reason"] == interrupt
             assert lines_of(runs) == ["one", "two"]
-            assert settled_by(c, session_id) == [owner.id]
+            assert await settler(c, session_id) == owner.id
             assert len(c.mock.requests) == 3
             await c.assert_same_streams()
 
@@ -580,7 +589,7 @@ async def test_a_gracefully_stopped_nodes_waiting_turn_is_resumed_by_another_nod
             ]
             [resumed] = [e for e in c.stored(session_id) if e["type"] == "session.execution.resumed"]
             assert resumed["after"] == "shutdown"
-            assert settled_by(c, session_id) == [taker.id]
+            assert await settler(c, session_id) == taker.id
             assert len(c.mock.requests) == 2 and mentions_restart(c.mock.requests[1])
             info = await through.client.get_session(session_id)
             assert (info.status, info.last_outcome) == ("idle", "succeeded")
