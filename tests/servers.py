@@ -78,11 +78,13 @@ def write_config(
     server: Mapping[str, Any] | None = None,
     timeouts: Mapping[str, Any] | None = None,
     permission: Sequence[Mapping[str, str]] = ASK_SHELL_RULES,
+    plugins: Sequence[str] = (),
 ) -> Path:
     """Write a config file (contract section 2) whose model is the OpenAI-compatible ``model_url``.
 
     ``server`` and ``timeouts`` hold keys of those tables; the shutdown grace defaults to 5 seconds so a
-    stuck shutdown fails a test quickly. Returns ``path``.
+    stuck shutdown fails a test quickly. ``plugins`` are ``[[plugin]]`` entries (``module:attribute``,
+    a module may sit in the config file's folder). Returns ``path``.
     """
     model = {"provider": "openai", "base_url": model_url, "name": "mock", "api_key_env": "COORDINATOR_NO_KEY"}
     lines = _toml_table("[server]", {"shutdown_grace": 5, **(server or {})})
@@ -90,6 +92,8 @@ def write_config(
     lines += _toml_table("[timeouts]", dict(timeouts or {}))
     for rule in permission:
         lines += _toml_table("[[permission]]", rule)
+    for entry in plugins:
+        lines += _toml_table("[[plugin]]", {"entry": entry})
     path.write_text("\n".join(lines))
     return path
 
