@@ -30,7 +30,7 @@ import structlog
 
 from actors.context import Runtime, TurnScope
 from actors.handle import ActorHandle
-from coordinator.errors import ToolFailure
+from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
 from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
@@ -126,12 +126,13 @@ def failing_on_error(turn: TurnScope, what: str) -> Iterator[None]:
     """Turn an unexpected exception into a typed stop *before* it cancels sibling actors.
 
     The failure records no intent: the store may be what failed. A tool's own failure
-    (``ToolFailure``) is expected and passes through untouched.
+    (``ToolFailure``) is expected and passes through untouched, and so does ``Fenced``: the claim
+    was taken over, and the session actor leaves the turn to its new owner, writing nothing.
     """
     try:
         yield
-    except ToolFailure:
-        raise
+    except (ToolFailure, Fenced):
+        raise  # a tool's own failure; the claim lost to another node (the session actor leaves)
     except Exception as exc:
         if turn.handle.stop(Failure.internal(exc, what)):
             log.error("actor_failed", actor=what, exc_info=exc)

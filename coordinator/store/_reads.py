@@ -32,10 +32,12 @@ from coordinator.store.rows import (
     WaitRow,
 )
 
+# A claim's owner as clients see it: the node's name (``[server] node_id``, as ``GET /api/node`` lists
+# it) when it has one, else the owning instance's id.
 _SESSION_SELECT = """
-    SELECT s.id, s.title, s.last_outcome, s.created_at, c.owner, c.state, c.since,
+    SELECT s.id, s.title, s.last_outcome, s.created_at, COALESCE(i.node_id, c.owner), c.state, c.since,
            s.parent_session_id, s.parent_call_id
-    FROM sessions s LEFT JOIN claims c ON c.session_id = s.id
+    FROM sessions s LEFT JOIN claims c ON c.session_id = s.id LEFT JOIN instances i ON i.id = c.owner
 """
 
 _TURNS = f"SELECT {TURN_ROW.select} FROM turns"

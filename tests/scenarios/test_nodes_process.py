@@ -522,6 +522,9 @@ async def test_each_node_lists_the_live_nodes_and_a_killed_one_leaves_the_list_a
                 assert sorted(n.id for n in listed) == list(NODE_IDS)
                 assert {n.id: n.sessions for n in listed} == {i: int(i == owner.id) for i in NODE_IDS}
                 assert {n.host for n in listed} == {socket.gethostname()}
+                # A session's claim names the same node, by the same id.
+                claim = (await node.client.get_session(session_id)).claim
+                assert claim is not None and claim.owner == owner.id
 
             survivors = c.others(owner)
             with trio.fail_after(LEASE + BEAT + SLACK):
