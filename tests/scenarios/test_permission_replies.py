@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 import trio
 
+from coordinator import decisions
 from coordinator.config import Config
 from coordinator.errors import PermissionAlreadySettled, PermissionNotFound
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
 from tests.conftest import make_config, running
+from tests.scenarios.test_chaos_findings import as_another_process
 from tests.scenarios.test_stop_matrix import CountingModel
 
 ASK = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", resource="*", effect="ask"))
@@ -97,6 +99,25 @@ async def test_a_reject_with_no_message_or_an_empty_one_is_a_declined_stop(
         ]
         stored = await coord.store.read(lambda reader: reader.permission_wait_row(request_id))
         assert stored is not None and stored.message is None
+
+
+async def test_a_reply_to_the_wait_of_a_turn_whose_stop_is_committed_is_a_late_reply(config: Config) -> None:
+    """Between a stop's intent and its one settlement commit the request still reads pending in the
+    store: a reply then answers 409 with the revocation it is about to get, never 200 and ignored."""
+    async with running(config, [shell_calls("echo hi"), DONE]) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        request_id = (await recorder.wait_for("permission.asked")).payload["request"]["id"]
+        # Another node's interrupt: committed, not applied here yet (this node's watch does that).
+        assert await decisions.interrupt(as_another_process(coord._runtime), session.id, "api")
+        with pytest.raises(PermissionAlreadySettled) as caught:
+            await coord.reply_permission(session.id, request_id, "once")
+        assert caught.value.settlement == {"status": "revoked", "reason": {"type": "interrupt", "by": "api"}}
+        idle = await recorder.wait_for("session.idle")
+        assert idle.payload["outcome"] == "interrupted"
+        revoked = recorder.of("permission.revoked")
+        assert [e.payload["reason"] for e in revoked] == [{"type": "interrupt", "by": "api"}]
+        assert recorder.of("permission.replied") == []
 
 
 async def test_a_reply_to_a_settled_request_names_its_settlement(config: Config) -> None:
