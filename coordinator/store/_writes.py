@@ -4,6 +4,7 @@ transaction's view (``store.api.Transaction``). Nothing here commits: the backen
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from coordinator import clock
@@ -29,13 +30,19 @@ class SqlTransaction(SqlReader, api.Transaction):
     def _run(self, query: str, args: tuple[Any, ...] = ()) -> int:
         return self.sql.run(query, args)
 
-    def _next_ord(self, table: str, where: str, args: tuple[Any, ...], scope: str) -> int:
-        """The next ``ord`` of ``table`` among the rows ``where`` selects. ``scope`` names what the
+    def _insert_numbered(
+        self, table: str, values: Mapping[str, Any], numbered_by: str | None, key: Any, scope: str
+    ) -> None:
+        """Insert a row whose ``ord`` is the next among the rows of ``table`` with the same
+        ``numbered_by`` column (None: the whole table), in one statement. ``scope`` names what the
         numbering is per (a session id, or the table): concurrent writers of one scope serialize."""
         self.sql.serialize(scope)
-        row = self._one(f"SELECT COALESCE(MAX(ord), -1) + 1 FROM {table} WHERE {where}", args)
-        assert row is not None
-        return int(row[0])
+        where, args = ("", ()) if numbered_by is None else (f" WHERE {numbered_by} = ?", (key,))
+        self._run(
+            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * len(values))}, "
+            f"(SELECT COALESCE(MAX(ord), -1) + 1 FROM {table}{where}))",
+            (*values.values(), *args),
+        )
 
     def emit(self, draft: Draft) -> Event:
         at = clock.now_rfc3339()
@@ -49,12 +56,10 @@ class SqlTransaction(SqlReader, api.Transaction):
     def insert_session(
         self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
     ) -> None:
-        ord = self._next_ord("sessions", "1 = 1", (), "sessions")
-        self._run(
-            "INSERT INTO sessions(id, title, last_outcome, created_at, ord, parent_session_id, "
-            "parent_call_id) VALUES (?, ?, NULL, ?, ?, ?, ?)",
-            (session_id, title, created_at, ord, *_link(parent)),
-        )
+        parent_session_id, parent_call_id = _link(parent)
+        row: dict[str, Any] = {"id": session_id, "title": title, "created_at": created_at}
+        row |= {"parent_session_id": parent_session_id, "parent_call_id": parent_call_id}
+        self._insert_numbered("sessions", row, None, None, "sessions")
 
     def set_last_outcome(self, session_id: str, outcome: str) -> None:
         self._run("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
@@ -66,12 +71,14 @@ class SqlTransaction(SqlReader, api.Transaction):
     def insert_turn(
         self, turn_id: str, session_id: str, prompt: str, created_at: str, task: ParentLink | None = None
     ) -> None:
-        ord = self._next_ord("turns", "session_id = ?", (session_id,), session_id)
-        self._run(
-            "INSERT INTO turns(id, session_id, ord, prompt, status, created_at, parent_session_id, "
-            "parent_call_id) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
-            (turn_id, session_id, ord, prompt, created_at, *_link(task)),
-        )
+        parent_session_id, parent_call_id = _link(task)
+        row: dict[str, Any] = {"id": turn_id, "session_id": session_id, "prompt": prompt, "status": "queued"}
+        row |= {
+            "created_at": created_at,
+            "parent_session_id": parent_session_id,
+            "parent_call_id": parent_call_id,
+        }
+        self._insert_numbered("turns", row, "session_id", session_id, session_id)
 
     def set_turn_status(self, turn_id: str, status: str) -> None:
         self._run("UPDATE turns SET status = ? WHERE id = ?", (status, turn_id))
@@ -113,12 +120,9 @@ class SqlTransaction(SqlReader, api.Transaction):
 
     # steps ----------------------------------------------------------------------------------
     def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
-        ord = self._next_ord("steps", "turn_id = ?", (turn_id,), session_id)
         index = self._one("SELECT COUNT(*) FROM steps WHERE session_id = ?", (session_id,))
-        self._run(
-            "INSERT INTO steps(id, session_id, turn_id, ord, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
-            (step_id, session_id, turn_id, ord, created_at),
-        )
+        row = {"id": step_id, "session_id": session_id, "turn_id": turn_id, "status": "running"}
+        self._insert_numbered("steps", row | {"created_at": created_at}, "turn_id", turn_id, session_id)
         assert index is not None
         return int(index[0])
 
@@ -132,46 +136,34 @@ class SqlTransaction(SqlReader, api.Transaction):
     def insert_message(
         self, message_id: str, session_id: str, turn_id: str, role: str, created_at: str
     ) -> None:
-        ord = self._next_ord("messages", "session_id = ?", (session_id,), session_id)
-        self._run(
-            "INSERT INTO messages(id, session_id, turn_id, role, ord, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (message_id, session_id, turn_id, role, ord, created_at),
+        row = {"id": message_id, "session_id": session_id, "turn_id": turn_id, "role": role}
+        self._insert_numbered(
+            "messages", row | {"created_at": created_at}, "session_id", session_id, session_id
         )
 
     def add_text_part(self, message_id: str, text: str, status: TextStatus = "complete") -> None:
-        ord = self._next_ord("parts", "message_id = ?", (message_id,), message_id)
-        self._run(
-            "INSERT INTO parts(message_id, ord, kind, text, status) VALUES (?, ?, 'text', ?, ?)",
-            (message_id, ord, text, status),
-        )
+        row = {"message_id": message_id, "kind": "text", "text": text, "status": status}
+        self._insert_numbered("parts", row, "message_id", message_id, message_id)
 
     def add_tool_part(self, message_id: str, call_id: str) -> None:
-        ord = self._next_ord("parts", "message_id = ?", (message_id,), message_id)
-        self._run(
-            "INSERT INTO parts(message_id, ord, kind, call_id) VALUES (?, ?, 'tool', ?)",
-            (message_id, ord, call_id),
-        )
+        row = {"message_id": message_id, "kind": "tool", "call_id": call_id}
+        self._insert_numbered("parts", row, "message_id", message_id, message_id)
 
     # tool calls -----------------------------------------------------------------------------
     def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None:
-        ord = self._next_ord("tool_calls", "turn_id = ?", (call.turn_id,), call.session_id)
-        self._run(
-            "INSERT INTO tool_calls(session_id, call_id, turn_id, step_id, parent_call_id, model_call_id, "
-            "name, input, status, ord, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                call.session_id,
-                call.call_id,
-                call.turn_id,
-                call.step_id,
-                call.parent_call_id,
-                call.model_call_id,
-                call.name,
-                json.dumps(call.input),
-                call.status,
-                ord,
-                created_at,
-            ),
-        )
+        row = {
+            "session_id": call.session_id,
+            "call_id": call.call_id,
+            "turn_id": call.turn_id,
+            "step_id": call.step_id,
+            "parent_call_id": call.parent_call_id,
+            "model_call_id": call.model_call_id,
+            "name": call.name,
+            "input": json.dumps(call.input),
+            "status": call.status,
+            "created_at": created_at,
+        }
+        self._insert_numbered("tool_calls", row, "turn_id", call.turn_id, call.session_id)
 
     def settle_tool_call(
         self,
@@ -274,22 +266,18 @@ class SqlTransaction(SqlReader, api.Transaction):
 
     # permission requests and rules ----------------------------------------------------------
     def insert_permission(self, request: PermissionRequest, turn_id: str, deadline_at: float | None) -> None:
-        ord = self._next_ord("permission_requests", "1 = 1", (), "permission_requests")
-        self._run(
-            "INSERT INTO permission_requests(id, session_id, turn_id, call_id, action, resource, status, "
-            "created_at, deadline_at, ord) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-            (
-                request.id,
-                request.session_id,
-                turn_id,
-                request.call_id,
-                request.action,
-                request.resource,
-                request.created_at,
-                deadline_at,
-                ord,
-            ),
-        )
+        row = {
+            "id": request.id,
+            "session_id": request.session_id,
+            "turn_id": turn_id,
+            "call_id": request.call_id,
+            "action": request.action,
+            "resource": request.resource,
+            "status": "pending",
+            "created_at": request.created_at,
+            "deadline_at": deadline_at,
+        }
+        self._insert_numbered("permission_requests", row, None, None, "permission_requests")
 
     def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
         changed = self._run(
@@ -307,29 +295,27 @@ class SqlTransaction(SqlReader, api.Transaction):
         return changed == 1
 
     def add_session_rule(self, session_id: str, rule: Rule) -> None:
-        ord = self._next_ord("session_rules", "session_id = ?", (session_id,), session_id)
-        self._run(
-            "INSERT INTO session_rules(session_id, ord, action, resource, effect) VALUES (?, ?, ?, ?, ?)",
-            (session_id, ord, rule.action, rule.resource, rule.effect),
-        )
+        row = {
+            "session_id": session_id,
+            "action": rule.action,
+            "resource": rule.resource,
+            "effect": rule.effect,
+        }
+        self._insert_numbered("session_rules", row, "session_id", session_id, session_id)
 
     # forms ----------------------------------------------------------------------------------
     def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None:
-        ord = self._next_ord("forms", "1 = 1", (), "forms")
-        self._run(
-            "INSERT INTO forms(id, session_id, turn_id, call_id, questions, status, created_at, deadline_at, ord) "
-            "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-            (
-                form.id,
-                form.session_id,
-                turn_id,
-                form.call_id,
-                dump_json(form.questions),
-                form.created_at,
-                deadline_at,
-                ord,
-            ),
-        )
+        row = {
+            "id": form.id,
+            "session_id": form.session_id,
+            "turn_id": turn_id,
+            "call_id": form.call_id,
+            "questions": dump_json(form.questions),
+            "status": "pending",
+            "created_at": form.created_at,
+            "deadline_at": deadline_at,
+        }
+        self._insert_numbered("forms", row, None, None, "forms")
 
     def settle_form(
         self,
