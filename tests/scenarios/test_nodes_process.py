@@ -393,7 +393,7 @@ async def test_replies_and_interrupts_sent_to_other_nodes_are_applied_by_the_nod
             session_id = await c.start_turn(c.nodes["node-a"], "permission.asked")
             owner, epoch = c.owner(session_id), c.claim(session_id).epoch
             b, other = c.others(owner)
-            first = owner.log.of("permission.asked", session_id)[0]["request"]
+            first = (await owner.log.wait_for("permission.asked", session_id))["request"]
 
             replied = await b.client.reply_permission(session_id, first["id"], "once")
             assert (replied.id, replied.status, replied.decision) == (first["id"], "replied", "once")
@@ -562,7 +562,7 @@ async def test_a_gracefully_stopped_nodes_waiting_turn_is_resumed_by_another_nod
         async with cluster(tmp_path, answering(SHELL_CALL), lease=STOP_LEASE) as c:
             session_id = await c.start_turn(c.nodes["node-a"], "permission.asked")
             stopped = c.owner(session_id)
-            asked = stopped.log.of("permission.asked", session_id)[0]["request"]
+            asked = (await stopped.log.wait_for("permission.asked", session_id))["request"]
             watcher = c.others(stopped)[0]
             signalled_at = trio.current_time()
             assert await stopped.server.terminate() == 0
