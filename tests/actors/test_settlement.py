@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from actors import settlement
-from coordinator.reasons import Failure, Interrupt, Shutdown
+from coordinator.reasons import Declined, Failure, Interrupt, Shutdown
 from coordinator.records import Form, PermissionRequest, Question
 from coordinator.store.rows import ToolCallRow
 from tests.actors.turn_harness import AT, Harness, open_harness
@@ -144,3 +144,67 @@ async def test_an_execute_call_settled_by_the_sweep_keeps_its_finished_nested_ca
         failed = harness.store.read.get_tool_call("ses_1", "c1")
         assert failed is not None and failed.partial is not None
         assert [(c.call_id, c.status) for c in failed.partial.calls] == [("c1.2", "succeeded")]
+
+
+async def test_a_decline_fails_the_declined_call_and_its_script_declined_and_their_siblings_interrupted(
+    tmp_path: Path,
+) -> None:
+    """The model must learn which call the person declined: that one and the execute call that made
+    it fail ``declined``; a sibling was only stopped because of it, so it fails ``interrupted``."""
+    async with open_harness(tmp_path) as harness:
+        await _mid_turn(harness)
+        async with harness.store.transaction() as tx:
+            assert tx.reply_permission("per_1", "reject", None)
+            settlement.sweep(
+                tx, "ses_1", "turn_1", Declined.by_permission("c1.1"), tools=harness.runtime.tools
+            )
+        assert _settled(harness) == [
+            ("form.revoked", "frm_1"),
+            ("session.tool.failed", ("c1.1", "declined")),
+            ("session.tool.failed", ("c1", "declined")),
+            ("session.tool.failed", ("c2", "interrupted")),
+            ("session.step.failed", "step_1"),
+        ]
+
+
+async def test_recovery_never_restores_a_call_that_had_finished(tmp_path: Path) -> None:
+    """A resume restores only what was still unsettled: a question answered and its call succeeded
+    before the crash must not ask or run again, though its form reads as submitted."""
+    async with open_harness(tmp_path) as harness:
+        await _mid_turn(harness)
+        async with harness.store.transaction() as tx:
+            assert tx.settle_form("frm_1", "submitted", answers={"q": "yes"})
+            tx.settle_tool_call("ses_1", "c2", output={"q": "yes"})
+        harness.events.clear()
+        async with harness.store.transaction() as tx:
+            recovered = settlement.recover(tx, "ses_1", "turn_1", tools=harness.runtime.tools)
+        assert (recovered.restorable, recovered.sub_agents) == ([], [])
+        assert _settled(harness) == [
+            ("permission.revoked", "per_1"),
+            ("session.tool.failed", ("c1.1", "interrupted")),
+            ("session.tool.failed", ("c1", "interrupted")),
+            ("session.step.failed", "step_1"),
+        ]
+        finished = harness.store.read.get_tool_call("ses_1", "c2")
+        assert finished is not None and (finished.status, finished.output) == ("succeeded", {"q": "yes"})
+
+
+async def test_a_failed_step_settles_after_every_call_it_left_unsettled(tmp_path: Path) -> None:
+    """Children before parents: a client never sees a step failed while one of its calls still
+    runs (the step's own settlement, when its calls' actors could not settle them)."""
+    async with open_harness(tmp_path) as harness:
+        async with harness.store.transaction() as tx:
+            tx.insert_step("step_1", "ses_1", "turn_1", AT)
+            for call in (_call("c1", "execute"), _call("c2", "shell"), _call("c1.1", "shell", parent="c1")):
+                tx.insert_tool_call(call, AT)
+        harness.events.clear()
+        async with harness.store.transaction() as tx:
+            settlement.fail_step(
+                tx, "ses_1", "turn_1", "step_1", Interrupt.by_person("api"), tools=harness.runtime.tools
+            )
+        assert _settled(harness) == [
+            ("session.tool.failed", ("c1.1", "interrupted")),
+            ("session.tool.failed", ("c1", "interrupted")),
+            ("session.tool.failed", ("c2", "interrupted")),
+            ("session.step.failed", "step_1"),
+        ]

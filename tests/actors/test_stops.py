@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors import stops
+from actors import session, stops
+from actors.context import Takeover
 from coordinator import errors
+from coordinator.config import Config
 from coordinator.errors import ToolFailure
 from coordinator.reasons import Declined, Failure, Interrupt, Shutdown, Timeout
-from tests.actors.turn_harness import open_harness
+from tests.actors.turn_harness import OWNER, open_harness
 
 
 def stored_status(harness: object) -> tuple[str, object]:
@@ -150,6 +152,30 @@ async def test_a_turn_found_stopping_at_a_start_settles_as_its_stop(tmp_path: Pa
         stopping = harness.store.read.get_turn("turn_1")
         assert stopping is not None
         assert stops.recovered(stopping, max_resumes=0) == Declined(via="question", call_id="call_3")
+
+
+async def test_a_turn_resumed_max_resumes_times_settles_failed_instead_of_resuming(tmp_path: Path) -> None:
+    """A turn that keeps crashing its coordinator must not be resumed forever: at the start after its
+    last allowed resume it is failed, asking the model nothing, and its claim is released."""
+    config = Config(base_dir=tmp_path).with_overrides(max_resumes=2)
+    async with open_harness(tmp_path, config=config) as harness:
+        async with harness.store.transaction() as tx:
+            assert tx.mark_resumed("turn_1", "crash") and tx.mark_resumed("turn_1", "crash")
+        harness.events.clear()
+        row = harness.store.read.get_turn("turn_1")
+        assert row is not None and row.resumes == 2
+        crash = Takeover(previous_owner=OWNER, after="crash")
+        await session.run_turn(harness.runtime, harness.turn, row, crash)
+        exhausted = Failure.resumes_exhausted(2)
+        assert [(e.type, e.payload.get("reason"), e.payload.get("outcome")) for e in harness.events] == [
+            ("session.execution.failed", {"type": "error", "message": exhausted.message}, None),
+            ("session.idle", None, "failed"),
+        ]
+        settled = harness.store.read.get_turn("turn_1")
+        assert settled is not None
+        assert (settled.status, settled.outcome, settled.resumes) == ("settled", "failed", 2)
+        claim = harness.store.read.get_claim("ses_1")
+        assert claim is not None and claim.state == "released"
 
 
 async def test_an_unexpected_exception_stops_the_turn_with_a_typed_failure(tmp_path: Path) -> None:
