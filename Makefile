@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run demo test unit lint fmt chaos bench soak model clean
+.PHONY: setup run demo test unit lint fmt chaos bench soak model mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/coordinator bench
+
+# Each stop bug of tests/mutants/mutants.py planted in a copy of the sources, one at a time, against the
+# tests that must catch it; fails if one survives (design/mutants.md). Not part of `make test`.
+mutants: $(STAMP)
+	$(BIN)/python -m tests.mutants.run
 
 # Sessions created, prompted and deleted in a loop with retention on, printing RSS and the database's
 # size each minute (bench/soak.py; not in CI). SOAK_MINUTES=30 by default.
