@@ -129,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument(
         "--process-rounds", metavar="R", type=int, default=0, help="rounds against a real server"
     )
+    chaos.add_argument(
+        "--round", metavar="K", type=int, help="run only process round K (a replay, as printed)"
+    )
+    chaos.add_argument(
+        "--db",
+        metavar="URL",
+        help="run the process rounds over --nodes servers sharing one PostgreSQL database: each round "
+        "makes a fresh one on the server of this postgresql:// URL and drops it after",
+    )
+    chaos.add_argument(
+        "--nodes", metavar="N", type=int, help="with --db: servers (nodes) in each round (default 3)"
+    )
     chaos.set_defaults(run=_chaos, log_level=logging.WARNING)
 
     bench = commands.add_parser("bench", help="run the benchmarks and write bench/results/latest.json")
