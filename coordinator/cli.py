@@ -144,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.set_defaults(run=_chaos, log_level=logging.WARNING)
 
     bench = commands.add_parser("bench", help="run the benchmarks and write bench/results/latest.json")
+    # Unset unless given: the bench's own parser has the defaults (``python -m bench --help``).
+    bench.add_argument("--quick", action="store_true", default=argparse.SUPPRESS, help="tiny sizes")
+    bench.add_argument(
+        "--only", metavar="GROUPS", default=argparse.SUPPRESS, help="comma-separated groups, e.g. turns,pg"
+    )
+    bench.add_argument(
+        "--pg",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the PostgreSQL server of the pg group (skipped when none answers)",
+    )
+    bench.add_argument("--out", metavar="FILE", type=Path, default=argparse.SUPPRESS, help="the JSON file")
     bench.set_defaults(run=_bench, log_level=logging.WARNING)
     return parser
 
