@@ -4,6 +4,7 @@ violations, what the nodes logged as errors and the line that replays it, then t
 from __future__ import annotations
 
 import functools
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from coordinator.chaos.campaign import scratch_root
 from coordinator.chaos.node_chaos import KINDS, NodeRoundResult, run_round
 
 SHOWN = 8  # violations (and logged errors) printed for a failing round
+EVIDENCE = Path("var/chaos")  # where a failing round's folder is kept (relative to where it runs)
 
 
 def run_node_chaos(numbers: list[int], seed: int, server_url: str, *, nodes: int, out: TextIO) -> bool:
@@ -33,6 +35,11 @@ def run_node_chaos(numbers: list[int], seed: int, server_url: str, *, nodes: int
             )
             results.append(result)
             print_round(result, server_url, out)
+            if result.violations:
+                kept = EVIDENCE / f"nodes-seed{seed}-round{number}"
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(Path(scratch) / f"nodes-round-{number}", kept)
+                out.write(f"  evidence: {kept}/ (events.txt: each event's node and epoch; the nodes' logs)\n")
     print_totals(results, time.perf_counter() - started, out)
     return all(not r.violations for r in results)
 

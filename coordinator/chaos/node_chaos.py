@@ -140,6 +140,8 @@ async def run_round(
         lives, applied = await _drive(record, folder, url, rng, plan, nodes, node_module)
         violations = _check(record, url, lives, folder)
         violations += [Violation(6, f"a process outlived its node: {p}") for p in await orphans()]
+        if violations:
+            _write_evidence(record, lives, folder)
         result = NodeRoundResult(
             seed=seed,
             number=number,
@@ -212,6 +214,8 @@ def _boundary(record: RunRecord, url: str, end: str, shutdown: bool) -> None:
 async def _apply(cluster: Cluster, fault: NodeFault, url: str) -> tuple[str, str]:
     """Send the fault; a killed or stopped node starts again, and a frozen one continues, beside the
     next faults (a SIGTERM's stop is waited for: its suspensions belong to the phase it begins)."""
+    if not cluster.answering():
+        await cluster.wait_quiet()  # every node is frozen or starting again: a fault needs a running one
     life = _target(cluster, fault, url)
     if fault.kind == "SIGKILL":
         await cluster.kill(life)
@@ -284,6 +288,26 @@ def _check(record: RunRecord, url: str, lives: list[Life], folder: Path) -> list
     found += node_checks.check_resumes(audit, view)
     found += node_checks.check_released(view)
     return found
+
+
+def _write_evidence(record: RunRecord, lives: list[Life], folder: Path) -> None:
+    """``events.txt`` beside the logs of a failing round: each event with the life that committed it
+    and the claim epoch it wrote under (the write audit's), one a line."""
+    names = {life.instance_id: life.name for life in lives}
+    lines = []
+    for event in record.phases[-1].view.events:
+        writer, epoch = record.tenures.get(event.stored_seq, ("", None))
+        ids = {
+            k: v for k, v in event.payload.items() if k.endswith("_id") or k in ("after", "reason", "outcome")
+        }
+        for key in ("request", "form"):
+            if isinstance(event.payload.get(key), dict):
+                ids[f"{key}_id"] = event.payload[key].get("id")
+        lines.append(
+            f"{event.stored_seq} {names.get(writer, writer or '?')} epoch={epoch} {event.type} "
+            f"{event.session_id} {json.dumps(ids, sort_keys=True)}"
+        )
+    (folder / "events.txt").write_text("\n".join(lines) + "\n")
 
 
 def _life_record(life: Life, instance_id: str) -> LifeRecord:
