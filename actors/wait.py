@@ -249,7 +249,11 @@ class PermissionWait:
         return self.restore if self.restore is not None and self.restore.status == "replied" else None
 
     def kept(self, tx: Transaction, session_id: str, call_id: str) -> PermissionRequest | None:
-        return self.restore
+        # As it is now: a reply may have landed since the resume read it (another node's, say), and a
+        # replied request must not be published as asked again.
+        if self.restore is None:
+            return None
+        return tx.get_permission(self.restore.id) or self.restore
 
     def new(self, session_id: str, call_id: str) -> PermissionRequest:
         return PermissionRequest(

@@ -20,13 +20,19 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
-GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention")
+GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention", "pg")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that every workload runs")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"the JSON file (default {RESULTS})")
+    parser.add_argument(
+        "--pg",
+        metavar="URL",
+        help="the PostgreSQL server the pg group makes its databases on (default $COORDINATOR_BENCH_PG, "
+        "else postgresql://postgres@127.0.0.1:5432/postgres); without one answering, the group is skipped",
+    )
     parser.add_argument(
         "--only",
         default=",".join(GROUPS),
@@ -56,7 +62,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     sizes = Sizes.quick() if options.quick else Sizes.full()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as folder:
-        figures = trio.run(_measure, Path(folder), sizes, groups)
+        figures = trio.run(_measure, Path(folder), sizes, groups, options.pg)
     if "turns" in groups and "baseline" in groups:
         report.add_ratios(figures)
     seconds = time.perf_counter() - started
@@ -82,10 +88,10 @@ def _options(args: argparse.Namespace | Sequence[str] | None) -> argparse.Namesp
     return args
 
 
-async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, float]:
+async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str | None) -> dict[str, float]:
     # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
     # own module imported already: the workloads are imported here, not at the top.
-    from bench import baseline, history, http_api, metrics_cost, retention, scale, stops, streaming, turns
+    from bench import baseline, history, http_api, metrics_cost, pg, retention, scale, stops, streaming, turns
 
     figures: dict[str, float] = {}
     for group in groups:
@@ -110,5 +116,12 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str]) -> dict[str, fl
             figures.update(await streaming.measure_streaming(workdir, sizes))
         elif group == "retention":
             figures.update(await retention.measure_retention(workdir, sizes))
+        elif group == "pg":
+            url = pg.server_url(pg_option)
+            why = pg.unavailable(url)
+            if why is not None:
+                print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
+                continue
+            figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

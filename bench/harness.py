@@ -52,6 +52,7 @@ class Sizes:
     history_samples: int  # turns timed at each history length, per repetition
     prune_events: int  # old events a retention pass deletes while turns run
     prune_turns: int  # sequential turns timed alone, beside those timed during the pass
+    takeovers: int  # kill -9 of a node running a turn, each timed to the turn's resumption elsewhere
 
     @classmethod
     def full(cls) -> Sizes:
@@ -76,6 +77,7 @@ class Sizes:
             history_samples=20,
             prune_events=100_000,
             prune_turns=300,
+            takeovers=5,
         )
 
     @classmethod
@@ -101,6 +103,7 @@ class Sizes:
             history_samples=2,
             prune_events=2000,
             prune_turns=5,
+            takeovers=1,
         )
 
 
@@ -117,16 +120,17 @@ def quiet_logging() -> None:
 
 
 def bench_config(
-    workdir: Path, db_name: str, *, rules: tuple[Rule, ...] = ALLOW_ALL, **server: Any
+    workdir: Path, db_name: str, *, rules: tuple[Rule, ...] = ALLOW_ALL, db: str | None = None, **server: Any
 ) -> Config:
-    """A config on a real SQLite file in ``workdir``, with the no-op plugin tool and ``rules``."""
+    """A config on a real SQLite file in ``workdir`` (or on ``db``, a PostgreSQL URL), with the no-op
+    plugin tool and ``rules``."""
     config = Config(
         base_dir=workdir,
         permission=rules,
         plugin=(PluginConfig(entry=NOOP_ENTRY),),
         timeouts=TimeoutsConfig(),
     )
-    return config.with_overrides(db=str(workdir / db_name), **server)
+    return config.with_overrides(db=db or str(workdir / db_name), **server)
 
 
 def noop_call(call_id: str) -> dict[str, Any]:

@@ -38,10 +38,11 @@ _EVENT = b"\nevent: "
 
 @attrs.frozen
 class Server:
-    """A running ``coordinator serve`` child: its URL and process id."""
+    """A running ``coordinator serve`` child: its URL, process id and process."""
 
     url: str
     pid: int
+    process: trio.Process | None = None
 
 
 def _toml(value: Any) -> str:
@@ -70,7 +71,7 @@ async def running_server(config: Path, log: Path) -> AsyncIterator[Server]:
             assert process.stdout is not None
             with trio.fail_after(START_SECONDS):
                 url = await _listening_url(process.stdout)
-            yield Server(url=url, pid=process.pid)
+            yield Server(url=url, pid=process.pid, process=process)
         finally:
             with trio.move_on_after(STOP_SECONDS, shield=True):
                 process.send_signal(signal.SIGTERM)

@@ -42,6 +42,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
     Figure(key="turns_per_s_concurrent", workload="100 concurrent sessions (FULL)", unit="turns/s", target=1000),
     Figure(key="turns_per_s_concurrent_normal", workload="100 concurrent sessions (NORMAL)", unit="turns/s"),
+    Figure(key="pg_turns_per_s", workload="sequential turns, one node (PostgreSQL)", unit="turns/s"),
+    Figure(key="pg_turns_per_s_3_nodes", workload="100 sessions through 3 nodes' HTTP (PostgreSQL)", unit="turns/s"),
+    Figure(key="pg_takeover_s", workload="kill -9 of a turn's node -> resumed elsewhere, median", unit="s", higher_is_better=False),
+    Figure(key="pg_takeover_s_min", workload="the same, fastest try", unit="s", higher_is_better=False),
+    Figure(key="pg_takeover_s_max", workload="the same, slowest try", unit="s", higher_is_better=False),
+    Figure(key="pg_takeover_frozen_s", workload="SIGSTOP of a turn's node -> resumed elsewhere (lease 2 s), median", unit="s", higher_is_better=False),
+    Figure(key="pg_takeover_frozen_s_min", workload="the same, fastest try", unit="s", higher_is_better=False),
+    Figure(key="pg_takeover_frozen_s_max", workload="the same, slowest try", unit="s", higher_is_better=False),
     Figure(key="turn_cpu_ms_600", workload="CPU a turn, 600 earlier turns in its session", unit="ms", higher_is_better=False),
     Figure(key="turn_cpu_ms_10", workload="CPU a turn, 10 earlier turns in its session", unit="ms", higher_is_better=False),
     Figure(key="turn_cpu_600_vs_10", workload="turn_cpu_ms_600 / turn_cpu_ms_10", unit="ratio", target=1.5, higher_is_better=False),
@@ -77,6 +85,8 @@ FIGURES: tuple[Figure, ...] = (
 )  # fmt: skip
 
 HEADLINE_KEYS = tuple(figure.key for figure in FIGURES)
+PG_KEYS = tuple(key for key in HEADLINE_KEYS if key.startswith("pg_"))
+"""The pg group's figures: measured only where a PostgreSQL server answers."""
 
 
 def add_ratios(figures: dict[str, float]) -> None:

@@ -24,13 +24,14 @@ from coordinator.models.scripted import ScriptedModel
 
 @asynccontextmanager
 async def watched_coordinator(
-    workdir: Path, db_name: str, mode: str, script: list[dict[str, Any]]
+    workdir: Path, db_name: str, mode: str, script: list[dict[str, Any]], *, db: str | None = None
 ) -> AsyncIterator[tuple[Coordinator, TurnWatcher]]:
-    """A coordinator running ``script`` for every session, with a watcher of every event."""
-    config = bench_config(workdir, db_name)
+    """A coordinator running ``script`` for every session, with a watcher of every event (on a
+    SQLite file ``db_name`` in ``workdir``, or on ``db``, a PostgreSQL URL)."""
+    config = bench_config(workdir, db_name, db=db)
     model = ScriptedModel.from_json(script)
     async with open_coordinator(config, model=model, synchronous=mode) as coordinator:
-        watcher = TurnWatcher(coordinator, after=coordinator.store.read.last_seq())
+        watcher = TurnWatcher(coordinator, after=await coordinator.store.read(lambda read: read.last_seq()))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watcher.run)
             try:
@@ -49,7 +50,7 @@ async def run_turn(coordinator: Coordinator, watcher: TurnWatcher, session_id: s
     return time.perf_counter() - started
 
 
-async def _sequential(
+async def sequential(
     coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes
 ) -> tuple[float, float, list[float]]:
     """``sizes.turns`` turns one after the other, a new session every ``turns_per_session``.
@@ -102,7 +103,7 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
             for _ in range(sizes.turns_per_session):
                 await run_turn(coordinator, watcher, warm_up.id)
             for _ in range(sizes.repeats):
-                rate, cpu_per_turn, samples = await _sequential(coordinator, watcher, sizes)
+                rate, cpu_per_turn, samples = await sequential(coordinator, watcher, sizes)
                 rates.append(rate)
                 cpu.append(cpu_per_turn)
                 latencies += samples

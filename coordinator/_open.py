@@ -67,7 +67,10 @@ async def open_coordinator(
     resolved = config_from(config, db=db, **overrides)
     instance = claims.this_instance(resolved.server.node_id)
     with open_store(
-        resolved.server.db, synchronous=synchronous, pool_size=resolved.postgres.pool_size
+        resolved.server.db,
+        synchronous=synchronous,
+        pool_size=resolved.postgres.pool_size,
+        instance_id=instance.id,
     ) as store:
         bus = Bus(store, await store.read(lambda reader: reader.last_seq()))
         store.on_durable(bus.publish)

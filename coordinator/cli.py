@@ -129,9 +129,33 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument(
         "--process-rounds", metavar="R", type=int, default=0, help="rounds against a real server"
     )
+    chaos.add_argument(
+        "--round", metavar="K", type=int, help="run only process round K (a replay, as printed)"
+    )
+    chaos.add_argument(
+        "--db",
+        metavar="URL",
+        help="run the process rounds over --nodes servers sharing one PostgreSQL database: each round "
+        "makes a fresh one on the server of this postgresql:// URL and drops it after",
+    )
+    chaos.add_argument(
+        "--nodes", metavar="N", type=int, help="with --db: servers (nodes) in each round (default 3)"
+    )
     chaos.set_defaults(run=_chaos, log_level=logging.WARNING)
 
     bench = commands.add_parser("bench", help="run the benchmarks and write bench/results/latest.json")
+    # Unset unless given: the bench's own parser has the defaults (``python -m bench --help``).
+    bench.add_argument("--quick", action="store_true", default=argparse.SUPPRESS, help="tiny sizes")
+    bench.add_argument(
+        "--only", metavar="GROUPS", default=argparse.SUPPRESS, help="comma-separated groups, e.g. turns,pg"
+    )
+    bench.add_argument(
+        "--pg",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the PostgreSQL server of the pg group (skipped when none answers)",
+    )
+    bench.add_argument("--out", metavar="FILE", type=Path, default=argparse.SUPPRESS, help="the JSON file")
     bench.set_defaults(run=_bench, log_level=logging.WARNING)
     return parser
 

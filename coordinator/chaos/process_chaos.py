@@ -88,11 +88,12 @@ class RoundResult:
     seconds: float
 
 
-def run_process_chaos(rounds: int, seed: int, *, out: TextIO) -> bool:
-    """Run ``rounds`` rounds; print one line each and the violations; True when every invariant held."""
+def run_process_chaos(numbers: list[int], seed: int, *, out: TextIO) -> bool:
+    """Run rounds ``numbers``; print one line each, the violations and a replay line; True when every
+    invariant held."""
     results = []
     with scratch_root() as scratch, processes.adopting_orphans():
-        for number in range(rounds):
+        for number in numbers:
             result = trio.run(run_round, seed, number, Path(scratch))
             results.append(result)
             kills = " ".join(result.signals)
@@ -103,6 +104,8 @@ def run_process_chaos(rounds: int, seed: int, *, out: TextIO) -> bool:
                 out.write(f"  known: {name}\n")
             for violation in result.violations:
                 out.write(f"  {violation}\n")
+            if result.violations:
+                out.write(f"  replay:   coordinator chaos --runs 0 --seed {seed} --round {number}\n")
     return all(not r.violations for r in results)
 
 
@@ -119,7 +122,7 @@ async def run_round(seed: int, number: int, root: Path) -> RoundResult:
     for life, sent in enumerate([*signals, None]):
         await _live(record, folder, life, sent, rng)
     view = record.phases[-1].view
-    violations = check_run(record, view, leftovers=await _orphans())
+    violations = check_run(record, view, leftovers=await orphans())
     interrupts = [("interrupt", "http") for _ in record.interrupted_sessions]
     return RoundResult(
         number=number,
@@ -172,7 +175,7 @@ async def _live(record: RunRecord, folder: Path, life: int, sent: str | None, rn
             view=view,
         )
     )
-    await _orphans()  # reap what a killed server's tools left (they end by themselves)
+    await orphans()  # reap what a killed server's tools left (they end by themselves)
 
 
 def _read(db: Path, reader: Any) -> Any:
@@ -192,7 +195,7 @@ async def _start(folder: Path, log: Any) -> tuple[trio.Process, str]:
         "0",
     ]
     proc = await trio.lowlevel.open_process(
-        command, cwd=folder, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=_environment()
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=environment()
     )
     assert proc.stdout is not None
     seen = b""
@@ -206,7 +209,7 @@ async def _start(folder: Path, log: Any) -> tuple[trio.Process, str]:
     return proc, url
 
 
-def _environment() -> dict[str, str]:
+def environment() -> dict[str, str]:
     """This environment, with the checkout importable (the plugin lives in ``coordinator.chaos``)."""
     checkout = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
@@ -274,7 +277,7 @@ async def _until_settled(record: RunRecord, db: Path) -> None:
     record.violate(1, f"the last server did not settle every turn within {SETTLE_SECONDS:g}s")
 
 
-async def _orphans() -> list[str]:
+async def orphans() -> list[str]:
     """Children left after the servers exited (killed servers' tools end by themselves): reaped."""
     for _ in range(40):
         if not processes.leftovers():

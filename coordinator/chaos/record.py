@@ -140,6 +140,10 @@ class RunRecord:
     asked: dict[str, list[tuple[str, str]]] = attrs.Factory(dict)  # session -> [(kind, wait id)]
     asked_in: dict[str, int] = attrs.Factory(dict)  # wait id -> the phase that first asked it
     phases: list[PhaseRecord] = attrs.Factory(list)
+    # Rounds over several nodes: each event's seq -> (the instance that committed it, its session's
+    # claim epoch then), from the write audit. Nodes work side by side within a phase, so there "the
+    # same coordinator" is the same tenure of a claim, not the same phase (``settling.py``).
+    tenures: dict[int, tuple[str, int | None]] = attrs.Factory(dict)
     violations: list[Violation] = attrs.Factory(list)
     reasonless: list[dict[str, Any]] = attrs.Factory(list)
     errors: list[str] = attrs.Factory(list)

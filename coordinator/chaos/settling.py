@@ -5,6 +5,7 @@ Pure functions of a run's record and the store, like the others in ``invariants.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ def check_waits(record: RunRecord, view: StoreView) -> list[Violation]:
             found.append(Violation(4, f"{wait_id} ({status}{kept}) has {len(ends)} settlement events"))
         elif not ends[0].type.endswith(status or "?"):
             found.append(Violation(7, f"{wait_id} is {status} in the store but its event is {ends[0].type}"))
-        found += _restores(record, wait_id, asks)
+        found += _restores(record, wait_id, asks, ends)
         if stored is not None and ends:
             call_end = calls.get((stored.session_id, stored.call_id))
             if call_end is not None and call_end.stored_seq < ends[0].stored_seq:
@@ -64,18 +65,26 @@ def _named(record: RunRecord, wait_id: str, seq: int) -> str:
     return f"{wait_id} (kept across a restart)" if kept else wait_id
 
 
-def _restores(record: RunRecord, wait_id: str, asks: list[Event]) -> list[Violation]:
+def _restores(
+    record: RunRecord, wait_id: str, asks: list[Event], settlements: list[Event]
+) -> list[Violation]:
     """A wait pending at a restart is asked again (restored) in the next phase, and only then."""
     found: list[Violation] = []
     if asks[0].payload.get("restored"):
         found.append(Violation(4, f"{wait_id} was first published as restored"))
-    for ask in asks[1:]:
-        phase = phase_of(record, ask.stored_seq)
-        before = None if phase is None or phase.number == 0 else record.phases[phase.number - 1]
-        kept = before is not None and (
-            (p := before.view.permissions.get(wait_id) or before.view.forms.get(wait_id)) is not None
-            and p.status == "pending"
-        )
+    for previous, ask in itertools.pairwise(asks):
+        if record.tenures:
+            # Across nodes: asked again by the next holder of the claim, the wait still pending.
+            kept = not _same_coordinator(record, previous.stored_seq, ask.stored_seq) and not any(
+                previous.stored_seq < e.stored_seq < ask.stored_seq for e in settlements
+            )
+        else:
+            phase = phase_of(record, ask.stored_seq)
+            before = None if phase is None or phase.number == 0 else record.phases[phase.number - 1]
+            kept = before is not None and (
+                (p := before.view.permissions.get(wait_id) or before.view.forms.get(wait_id)) is not None
+                and p.status == "pending"
+            )
         if not ask.payload.get("restored") or not kept:
             found.append(
                 Violation(
@@ -210,13 +219,22 @@ def _before_their_step(
         step, end, started = steps.get(call.step_id or ""), ends.get(key), starts.get(key)
         if call.parent_call_id is not None or step is None or end is None or started is None:
             continue
-        phase = phase_of(record, step.stored_seq)
-        if end.stored_seq > step.stored_seq and phase_of(record, started) is phase is phase_of(
-            record, end.stored_seq
+        if (
+            end.stored_seq > step.stored_seq
+            and _same_coordinator(record, step.stored_seq, started)
+            and _same_coordinator(record, step.stored_seq, end.stored_seq)
         ):
             message = f"call {call.call_id} settled (seq {end.stored_seq}) after its step ({step.type}, seq {step.stored_seq})"
             found.append(Violation(5, message))
     return found
+
+
+def _same_coordinator(record: RunRecord, seq: int, other: int) -> bool:
+    """Whether two events were committed by one coordinator: in one phase, or (across nodes) in one
+    tenure of the claim (``RunRecord.tenures``)."""
+    if record.tenures:
+        return record.tenures.get(seq) == record.tenures.get(other)
+    return phase_of(record, seq) is phase_of(record, other)
 
 
 def _nested(view: StoreView, ends: dict[tuple[str, str], Event]) -> list[Violation]:

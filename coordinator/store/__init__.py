@@ -23,7 +23,9 @@ def is_postgres(url: str) -> bool:
 
 
 @contextmanager
-def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> Iterator[Store]:
+def open_store(
+    url: str, *, synchronous: str = "full", pool_size: int = 8, instance_id: str | None = None
+) -> Iterator[Store]:
     """Open the store named by ``url``: ``postgresql://...``, or SQLite's ``sqlite:///path``, a plain
     path or ``:memory:``.
 
@@ -31,6 +33,9 @@ def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> It
         url: the database.
         synchronous: SQLite's durability, ``full`` or ``normal`` (PostgreSQL commits synchronously).
         pool_size: PostgreSQL connections this process uses at most.
+        instance_id: the coordinator instance that opens it; PostgreSQL connections carry it in their
+            ``application_name`` (``coordinator INSTANCE``), so that ``pg_stat_activity`` (and the
+            chaos campaign's write audit) tells whose each connection is.
 
     **Raises:** ``StoreError`` when the database cannot be opened; ``ValueError`` for an unknown scheme.
     """
@@ -40,7 +45,7 @@ def open_store(url: str, *, synchronous: str = "full", pool_size: int = 8) -> It
         # imports this module back.
         from coordinator.store.postgres import open_postgres_store
 
-        with open_postgres_store(url, pool_size=pool_size) as postgres:
+        with open_postgres_store(url, pool_size=pool_size, instance_id=instance_id) as postgres:
             yield postgres
         return
     with open_sqlite_store(_sqlite_path(url), synchronous=synchronous) as store:

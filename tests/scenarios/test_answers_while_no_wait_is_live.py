@@ -15,6 +15,7 @@ import attrs
 import pytest
 import trio
 
+from actors import wait
 from coordinator.config import Config, PluginConfig
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
@@ -181,3 +182,45 @@ async def test_a_form_submitted_while_the_turn_is_suspended_is_the_call_result_a
         }
         assert len(b_events.of("form.asked")) == 1
         assert len(model.requests) == 1
+
+
+async def test_a_reply_that_lands_while_the_takeover_restores_the_call_is_not_asked_again(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dies while the permission waits; B resumes the turn; the reply (from another node, say) lands
+    after the resume read the request pending and before the call re-opens it. The request must not
+    be published as asked again after its reply (a client would show a settled request), and the
+    reply is applied: the tool runs once (found by the chaos rounds over nodes)."""
+    config = config_with_counted(tmp_path)
+    model = CountingModel(ScriptedModel.from_json([DONE]))
+    original = wait._open
+    replies: list[Any] = []
+
+    async def reply_first(turn: Any, kind: Any, call_id: str) -> Any:
+        if replies:
+            await replies.pop()()
+        return await original(turn, kind, call_id)
+
+    monkeypatch.setattr(wait, "_open", reply_first)
+    async with running(config, model=model) as (b, b_events):
+        async with running(config, [counted_call(tmp_path), DONE]) as (a, a_events):
+            session = await a.create_session()
+            await a.prompt(session.id, "go")
+            asked = await a_events.wait_for("permission.asked")
+            await trio.testing.wait_all_tasks_blocked()
+            replies.append(lambda: b.reply_permission(session.id, asked.payload["request"]["id"], "once"))
+            await a.abandon()
+        await b_events.wait_for("session.idle")
+        types = b_events.types(session.id)
+        assert types[types.index("session.execution.resumed") :] == [
+            "session.execution.resumed",
+            "session.step.failed",
+            "permission.replied",
+            "session.tool.succeeded",
+            "session.step.started",
+            "session.step.succeeded",
+            "session.execution.succeeded",
+            "session.idle",
+        ]
+        assert len(b_events.of("permission.asked")) == 1
+        assert runs(tmp_path) == 1

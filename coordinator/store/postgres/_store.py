@@ -227,12 +227,15 @@ def _migrate(url: str) -> None:
 
 
 @contextlib.contextmanager
-def open_postgres_store(url: str, *, pool_size: int = 8) -> Iterator[PostgresStore]:
+def open_postgres_store(
+    url: str, *, pool_size: int = 8, instance_id: str | None = None
+) -> Iterator[PostgresStore]:
     """Open (creating or upgrading its schema) the PostgreSQL database at ``url``.
 
     Args:
         url: ``postgresql://user@host:port/dbname`` (PostgreSQL 15 or later).
         pool_size: connections (and worker threads) this node uses at most, besides its listener.
+        instance_id: the instance that opens it, named in each connection's ``application_name``.
 
     **Raises:** ``StoreError`` when the server cannot be reached or refuses the schema.
     """
@@ -242,7 +245,7 @@ def open_postgres_store(url: str, *, pool_size: int = 8) -> Iterator[PostgresSto
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs=CONNECTION_KWARGS,
+            kwargs={**CONNECTION_KWARGS, "application_name": application_name(instance_id)},
             check=psycopg_pool.ConnectionPool.check_connection,
             open=False,
             name="coordinator",
@@ -255,6 +258,11 @@ def open_postgres_store(url: str, *, pool_size: int = 8) -> Iterator[PostgresSto
         yield store
     finally:
         store.close()
+
+
+def application_name(instance_id: str | None) -> str:
+    """``coordinator INSTANCE``: what ``pg_stat_activity`` shows for a node's connections."""
+    return "coordinator" if instance_id is None else f"coordinator {instance_id}"
 
 
 def _safe(url: str) -> str:

@@ -203,3 +203,11 @@ def test_psycopg_errors_become_the_stores_own() -> None:
     other = mapped(psycopg.OperationalError("server closed the connection"))
     assert type(other) is errors.StoreError
     assert str(other) == "OperationalError: server closed the connection"
+
+
+def test_a_nodes_connections_name_its_instance(url: str) -> None:
+    """An operator looking at ``pg_stat_activity`` (a lock held by a frozen node, say), and the chaos
+    campaign's write audit, must tell whose each connection is: ``coordinator INSTANCE``."""
+    with open_store(url, pool_size=1, instance_id="ins_named"), psycopg.connect(url) as conn:
+        names = [row[0] for row in conn.execute("SELECT application_name FROM pg_stat_activity")]
+    assert "coordinator ins_named" in names
