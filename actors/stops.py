@@ -126,17 +126,30 @@ def failing_on_error(turn: TurnScope, what: str) -> Iterator[None]:
     """Turn an unexpected exception into a typed stop *before* it cancels sibling actors.
 
     The failure records no intent: the store may be what failed. A tool's own failure
-    (``ToolFailure``) is expected and passes through untouched, and so does ``Fenced``: the claim
-    was taken over, and the session actor leaves the turn to its new owner, writing nothing.
+    (``ToolFailure``) is expected and passes through untouched. ``Fenced`` (alone or in a nursery's
+    group) means the claim was taken over: the turn stops as ``Failure.claim_lost()``, logged at
+    info, and the session actor leaves the turn to its new owner, writing nothing.
     """
     try:
         yield
-    except (ToolFailure, Fenced):
-        raise  # a tool's own failure; the claim lost to another node (the session actor leaves)
+    except ToolFailure:
+        raise
     except Exception as exc:
-        if turn.handle.stop(Failure.internal(exc, what)):
+        if _fenced(exc):
+            # The claim was taken over: the siblings are torn down with that reason (they write
+            # nothing, every write being fenced), and Fenced reaches the session actor, which leaves.
+            if turn.handle.stop(Failure.claim_lost()):
+                log.info("turn_taken_over", actor=what)
+        elif turn.handle.stop(Failure.internal(exc, what)):
             log.error("actor_failed", actor=what, exc_info=exc)
         raise
+
+
+def _fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``Fenced``, or a nursery's group of exceptions holding one."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_fenced(inner) for inner in exc.exceptions)
+    return isinstance(exc, Fenced)
 
 
 def failed_turn(turn: TurnScope, exc: Exception) -> StopReason:

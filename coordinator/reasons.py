@@ -214,6 +214,12 @@ class Failure:
         return cls(message="the coordinator was abandoned")
 
     @classmethod
+    def claim_lost(cls) -> Failure:
+        """Another node took the turn's claim over: this node's actors are torn down unsettled (every
+        write of theirs is fenced out); the new owner settles or resumes the turn."""
+        return cls(message="the claim was taken over by another node")
+
+    @classmethod
     def left_over(cls, call_id: str) -> Failure:
         """A wait or nested call left unsettled by a call that settled on its own before it."""
         return cls(message=f"tool call {call_id} settled before this")

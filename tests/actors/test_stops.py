@@ -206,3 +206,19 @@ async def test_a_stop_committed_elsewhere_wins_over_a_local_failure_that_recorde
         assert turn.handle.reason == Failure.internal(RuntimeError("boom"), "a step")
         async with harness.store.transaction() as tx:
             assert stops.settle_reason(tx, "turn_1", turn.handle.reason) == Interrupt(by="api")
+
+
+async def test_a_lost_claim_stops_the_turn_as_claim_lost_and_lets_fenced_reach_the_session(
+    tmp_path: Path,
+) -> None:
+    """A node that wakes after a takeover finds its writes fenced, often inside a nursery (a group):
+    the siblings must be torn down with a typed reason (no reasonless cancellation), not as an
+    internal error, and Fenced must still reach the session actor, which leaves the turn."""
+    async with open_harness(tmp_path) as harness:
+        turn = harness.live()
+        fenced = errors.Fenced(session_id="ses_1", epoch=1)
+        with pytest.raises(ExceptionGroup), stops.failing_on_error(turn, "a tool call"):
+            raise ExceptionGroup("a nursery", [fenced])
+        assert turn.handle.reason == Failure.claim_lost()
+        assert turn.handle.scope.cancel_called
+        assert stored_status(harness) == ("running", None)  # nothing decided: the new owner's turn
