@@ -20,7 +20,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
-GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention", "pg")
+GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention", "pg", "peer")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +91,19 @@ def _options(args: argparse.Namespace | Sequence[str] | None) -> argparse.Namesp
 async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str | None) -> dict[str, float]:
     # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
     # own module imported already: the workloads are imported here, not at the top.
-    from bench import baseline, history, http_api, metrics_cost, pg, retention, scale, stops, streaming, turns
+    from bench import (
+        baseline,
+        history,
+        http_api,
+        metrics_cost,
+        peer,
+        pg,
+        retention,
+        scale,
+        stops,
+        streaming,
+        turns,
+    )
 
     figures: dict[str, float] = {}
     for group in groups:
@@ -123,5 +135,11 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
                 print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
                 continue
             figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
+        elif group == "peer":
+            why = peer.unavailable()
+            if why is not None:
+                print(f" skipped: {why}", file=sys.stderr, flush=True)
+                continue
+            figures.update(await peer.measure_peer(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures
