@@ -15,6 +15,13 @@ checkpoint (which syncs the database file first), overwritten from the start; fs
 dirty page of the file, whichever connection or process wrote it. The folder is synced once, so the
 WAL's own name survives too.
 
+The fsync itself runs in a helper process (``_sync_process.py``) when one can be started, else in a
+thread: a thread needs the GIL to start a sync and to report it, and the trio thread, busy with the
+actors' Python, holds it. A commit asks for its sync at once (a byte on a pipe) unless two are already
+asked and unanswered: then the next answer asks for one covering every commit made meanwhile. So a
+sync starts the moment its commit lands, or the moment the disk is free, never when a task is next
+scheduled.
+
 The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
 connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
 commit crosses 1,000 pages, stalling the trio thread for tens of milliseconds.
@@ -32,11 +39,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 import apsw
+import attrs
 import outcome
+import structlog
 import trio
 
 from coordinator import clock, errors
 from coordinator.events import Event
+from coordinator.store.sqlite._sync_process import SyncProcess
 
 CHECKPOINT_PAGES = 1000
 """WAL pages after which a passive checkpoint runs (SQLite's own default for auto-checkpoints)."""
@@ -45,6 +55,12 @@ SYNC_GRACE_SECONDS = 10.0
 """How long the last sync may take when the durability task is cancelled (a slow disk)."""
 
 THREAD_JOIN_SECONDS = 1.0
+
+UNANSWERED_SYNCS = 2
+"""Syncs asked of the helper process and not answered yet, at most: one running and one that starts
+as soon as it ends, covering every commit made until then."""
+
+log = structlog.get_logger()
 
 Blocking = Callable[[Callable[[], None]], Awaitable[None]]
 
@@ -76,6 +92,12 @@ class GroupDurability:
         self._serving = False
         self._failed: errors.StoreError | None = None
         self._wake = trio.Event()
+        # While the helper process syncs (``serve``): the syncs asked of it, oldest first, and whether
+        # a commit is waiting for the next one to be asked.
+        self._helper: SyncProcess | None = None
+        self._asked: deque[_Sync] = deque()
+        self._wanted = False
+        self._checkpoint_due = trio.Event()
         self._synced = trio.lowlevel.ParkingLot()
         self._cycles_started = 0
         self._cycles_done = 0
@@ -110,7 +132,12 @@ class GroupDurability:
             return
         if events:
             self._undurable.append(events)
-        self._wake.set()
+        if self._helper is None:
+            self._wake.set()
+        elif len(self._asked) < UNANSWERED_SYNCS:
+            self._ask()
+        else:
+            self._wanted = True
 
     async def wait(self) -> None:
         """Until every commit counted so far is durable."""
@@ -127,7 +154,12 @@ class GroupDurability:
         if not self._serving:
             return
         wanted = self._cycles_started + 1
-        self._wake.set()
+        if self._helper is None:
+            self._wake.set()
+        elif len(self._asked) < UNANSWERED_SYNCS:
+            self._ask()
+        else:
+            self._wanted = True
         while self._cycles_done < wanted and self._serving:
             await self._synced.park()
 
@@ -142,10 +174,16 @@ class GroupDurability:
         virtual = clock.virtual()
         thread = None if virtual else SyncThread()
         blocking: Blocking = _inline if thread is None else thread.run
+        helper = None
+        if wal is not None and thread is not None and self._synchronous == "full":
+            helper = await _start_helper(self._path)
         self._tools = (wal, blocking)
         self._attach()
+        self._helper = helper
         try:
             task_status.started()
+            if helper is not None:
+                await self._serve_helper(helper, wal, blocking)
             while True:
                 await self._wake.wait()
                 await self._cycle(wal, blocking)
@@ -153,14 +191,23 @@ class GroupDurability:
             try:
                 if self._failed is None:  # after a failed fsync, no later one is trusted
                     with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
-                        await self._cycle(wal, blocking)
+                        if helper is not None:
+                            await self._answer_all(helper)
+                        else:
+                            await self._cycle(wal, blocking)
             finally:
                 try:
                     self._tools = None
+                    self._helper = None  # commits from now on are synced by ``_detach``
                     self._detach(wal)
                 finally:
-                    if thread is not None:
-                        thread.stop(THREAD_JOIN_SECONDS)  # idle by now: every job was awaited
+                    try:
+                        if helper is not None:
+                            with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
+                                await helper.close()
+                    finally:
+                        if thread is not None:
+                            thread.stop(THREAD_JOIN_SECONDS)  # idle by now: every job was awaited
 
     def _attach(self) -> None:
         self._db.execute("PRAGMA synchronous=NORMAL")  # the WAL is synced by the cycles
@@ -174,6 +221,8 @@ class GroupDurability:
             self._db.set_wal_hook(None)
             self._db.execute("PRAGMA wal_autocheckpoint=1000")
             self._db.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
+            while self._asked:  # asked of the helper, never answered: synced below with the rest
+                self._undurable.extendleft(reversed(self._asked.pop().batches))
             if self._durable_commits < self._commits and self._failed is None:  # the last cycle was cut short
                 if wal is not None and self._synchronous == "full":
                     _sync(wal)
@@ -218,12 +267,93 @@ class GroupDurability:
         self._synced.unpark_all()
         if wal is not None and self._wal_pages >= CHECKPOINT_PAGES:
             self._wal_pages = 0
-            await blocking(wal.checkpoint)
-            # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
-            # the WAL from its start only once it is: copy the few frames left here, where no commit can
-            # interleave (a fraction of the stall of checkpointing all of them here).
-            with contextlib.suppress(apsw.BusyError, apsw.LockedError):
-                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            await self._checkpoint(wal, blocking)
+
+    def _ask(self) -> None:
+        """Ask the helper for a sync of every commit made so far (``serve`` runs it)."""
+        assert self._helper is not None
+        self._wanted = False
+        self._cycles_started += 1
+        self._asked.append(_Sync(self._commits, list(self._undurable), time.perf_counter()))
+        self._undurable.clear()
+        try:
+            self._helper.request()
+        except errors.StoreError as exc:
+            # Called by a commit: the commit stands, but nothing is declared durable from now on,
+            # and the serve task, reading the helper's end, fails the coordinator.
+            self._failed = exc
+            self._synced.unpark_all()
+
+    async def _serve_helper(self, helper: SyncProcess, wal: WalFile | None, blocking: Blocking) -> None:
+        """Take the helper's answers as they come; checkpoint the WAL beside, in the thread."""
+        async with trio.open_nursery() as nursery:
+            if wal is not None:
+                nursery.start_soon(self._checkpoints, wal, blocking)
+            while True:
+                await self._take_answers(helper)
+
+    async def _answer_all(self, helper: SyncProcess) -> None:
+        """Until every commit made so far is answered synced (a shutdown's last syncs)."""
+        if self._commits > (self._asked[-1].target if self._asked else self._durable_commits):
+            self._ask()
+        while self._asked:
+            await self._take_answers(helper)
+
+    async def _take_answers(self, helper: SyncProcess) -> None:
+        """Declare the answered syncs' commits durable and hand their events over, in commit order."""
+        try:
+            answered = await helper.answers()
+        except errors.StoreError as exc:
+            self._failed = exc
+            self._synced.unpark_all()
+            raise
+        now = time.perf_counter()
+        for _ in range(answered):
+            sync = self._asked.popleft()
+            if self.sync_observer is not None:
+                self.sync_observer(now - sync.asked_at)
+            self._durable_commits = max(self._durable_commits, sync.target)
+            self._cycles_done += 1
+            for events in sync.batches:
+                self._hand_over(events)
+        if self._wanted and len(self._asked) < UNANSWERED_SYNCS:
+            self._ask()
+        self._synced.unpark_all()
+        if self._wal_pages >= CHECKPOINT_PAGES:
+            self._wal_pages = 0
+            self._checkpoint_due.set()
+
+    async def _checkpoints(self, wal: WalFile, blocking: Blocking) -> None:
+        """Checkpoint the WAL when it grew past ``CHECKPOINT_PAGES``, beside the syncs."""
+        while True:
+            await self._checkpoint_due.wait()
+            self._checkpoint_due = trio.Event()
+            await self._checkpoint(wal, blocking)
+
+    async def _checkpoint(self, wal: WalFile, blocking: Blocking) -> None:
+        await blocking(wal.checkpoint)
+        # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
+        # the WAL from its start only once it is: copy the few frames left here, where no commit can
+        # interleave (a fraction of the stall of checkpointing all of them here).
+        with contextlib.suppress(apsw.BusyError, apsw.LockedError):
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+@attrs.frozen
+class _Sync:
+    """A sync asked of the helper: the commits it covers (``target``), their events in commit order."""
+
+    target: int
+    batches: list[Sequence[Event]]
+    asked_at: float
+
+
+async def _start_helper(path: str) -> SyncProcess | None:
+    try:
+        return await SyncProcess.start(path)
+    except OSError as exc:
+        log.warning("sync_process_unavailable", error=str(exc))  # the thread syncs instead
+        return None
 
 
 def _sync(wal: WalFile) -> None:

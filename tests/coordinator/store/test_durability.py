@@ -1,11 +1,14 @@
 """Group durability: with synchronous=full nothing is acknowledged before the WAL is synced.
 
-These run on the real clock, so the syncs run in the store's worker thread as in production; one
-test runs on the MockClock, where they run inline.
+These run on the real clock, so the syncs run as in production: in the helper process
+(``_sync_process.py``), and, where a test says so, in the worker thread that replaces it when no
+process can be started. One test runs on the MockClock, where they run inline.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from coordinator import errors, open_coordinator
 from coordinator.config import Config, PluginConfig
 from coordinator.events import Event
 from coordinator.records import Rule
-from coordinator.store.sqlite import _durability
+from coordinator.store.sqlite import _durability, _sync_process
 from tests.conftest import make_config, running
 
 MARK = """
@@ -45,13 +48,34 @@ TURN = [
 
 
 class SyncGate:
-    """Counts the WAL syncs and can hold them (in the sync thread) until opened."""
+    """Counts the WAL syncs asked for and can hold them until opened.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    With the helper process (``syncer="process"``) holding is real: the helper is stopped with
+    SIGSTOP. With the thread (``syncer="thread"``, the helper disabled as when it cannot start), the
+    thread's sync waits on an event.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, syncer: str) -> None:
+        self.syncer = syncer
         self.syncs = 0
+        self._durability: _durability.GroupDurability | None = None
         self._open = threading.Event()
         self._open.set()
         self._held = threading.Event()
+        if syncer == "process":
+            request = _sync_process.SyncProcess.request
+
+            def counted(helper: _sync_process.SyncProcess) -> None:
+                self.syncs += 1
+                request(helper)
+
+            monkeypatch.setattr(_sync_process.SyncProcess, "request", counted)
+            return
+
+        async def no_helper(path: str) -> None:
+            return None
+
+        monkeypatch.setattr(_durability, "_start_helper", no_helper)
         original = _durability.WalFile.sync
 
         def sync(wal: _durability.WalFile) -> None:
@@ -63,17 +87,39 @@ class SyncGate:
 
         monkeypatch.setattr(_durability.WalFile, "sync", sync)
 
-    def close(self) -> None:
+    def close(self, coord: Any) -> None:
+        if self.syncer == "process":
+            self._durability = coord.store._durability
+            os.kill(self._helper_pid(), signal.SIGSTOP)
+            return
         self._held.clear()
         self._open.clear()
 
     def open(self) -> None:
+        if self.syncer == "process":
+            os.kill(self._helper_pid(), signal.SIGCONT)
+            return
         self._open.set()
 
     async def wait_held(self) -> None:
         """Until a sync is held at the gate, and every task has gone as far as it can without it."""
-        await trio.to_thread.run_sync(self._held.wait, 30)
+        if self.syncer == "process":
+            assert self._durability is not None
+            for _ in range(100):  # the prompt's commit asks for a sync that never comes
+                await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+                if self._durability._asked:
+                    break
+            assert self._durability._asked
+        else:
+            await trio.to_thread.run_sync(self._held.wait, 30)
         await trio.testing.wait_all_tasks_blocked()
+
+    def _helper_pid(self) -> int:
+        assert self._durability is not None and self._durability._helper is not None
+        return self._durability._helper.pid
+
+
+SYNCERS = pytest.mark.parametrize("syncer", ["process", "thread"])
 
 
 def marking_config(tmp_path: Path) -> tuple[Config, Path]:
@@ -90,18 +136,19 @@ def mark_then_text(marker: Path) -> list[dict[str, Any]]:
     return [{"tool_calls": [call]}, {"text": "done"}]
 
 
+@SYNCERS
 async def test_nothing_is_acknowledged_before_the_wal_is_synced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncer: str
 ) -> None:
     """While a sync is held: the turn goes on inside the process, but the caller gets no answer, no
     subscriber (live or new) hears of it, and the tool does not start."""
-    gate = SyncGate(monkeypatch)
+    gate = SyncGate(monkeypatch, syncer)
     config, marker = marking_config(tmp_path)
     async with running(config, mark_then_text(marker), synchronous="full") as (coord, recorder):
         session = await coord.create_session()
         await recorder.wait_for("session.created")
         published = coord.published_seq
-        gate.close()
+        gate.close(coord)
         answers: list[str] = []
         late: list[Event] = []
 
@@ -141,10 +188,11 @@ async def test_nothing_is_acknowledged_before_the_wal_is_synced(
         assert [e.seq for e in late] == [e.seq for e in recorder.events]
 
 
+@SYNCERS
 async def test_the_commits_of_concurrent_sessions_share_syncs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncer: str
 ) -> None:
-    gate = SyncGate(monkeypatch)
+    gate = SyncGate(monkeypatch, syncer)
     config, marker = marking_config(tmp_path)
     commits = 0
 
@@ -170,6 +218,7 @@ async def test_a_failed_sync_stops_the_coordinator_and_acknowledges_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A disk that refuses an fsync may have lost what it was given: nothing is declared durable."""
+    SyncGate(monkeypatch, "thread")  # the thread's sync is the one made to fail here
     config, _ = marking_config(tmp_path)
     created: list[str] = []
 
@@ -184,9 +233,11 @@ async def test_a_failed_sync_stops_the_coordinator_and_acknowledges_nothing(
     assert created == []
 
 
+@SYNCERS
 async def test_the_wal_is_checkpointed_off_the_trio_thread_and_stays_bounded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncer: str
 ) -> None:
+    SyncGate(monkeypatch, syncer)
     monkeypatch.setattr(_durability, "CHECKPOINT_PAGES", 40)
     checkpoints: list[str] = []
     original = _durability.WalFile.checkpoint
@@ -227,3 +278,50 @@ async def test_under_a_virtual_clock_the_syncs_run_inline(
         await recorder.wait_for("session.idle")
     assert recorder.types() == ["session.created", *TURN]
     assert threads and set(threads) == {threading.main_thread().name}
+
+
+async def test_a_dead_sync_process_stops_the_coordinator_and_acknowledges_nothing(tmp_path: Path) -> None:
+    """The helper killed (-9, as by the OOM killer): nothing more can be promised durable."""
+    config, _ = marking_config(tmp_path)
+    created: list[str] = []
+    with pytest.raises(BaseExceptionGroup) as raised:
+        async with open_coordinator(config, synchronous="full") as coord:
+            helper = coord.store._durability._helper
+            assert helper is not None
+            os.kill(helper.pid, signal.SIGKILL)
+            created.append((await coord.create_session()).id)
+    assert raised.group_contains(errors.StoreError, match="the sync process")
+    assert created == []
+
+
+async def test_the_sync_process_answers_a_refused_fsync_with_the_error(tmp_path: Path) -> None:
+    """fdatasync(2) of /dev/null fails with EINVAL: the helper reports the disk's own error and exits."""
+    (tmp_path / "db.sqlite-wal").symlink_to("/dev/null")
+    helper = await _sync_process.SyncProcess.start(str(tmp_path / "db.sqlite"))
+    try:
+        helper.request()
+        with pytest.raises(
+            errors.StoreError, match=r"syncing the write-ahead log failed: .*Invalid argument"
+        ):
+            await helper.answers()
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await helper.close()
+
+
+async def test_the_sync_process_syncs_each_request_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Requests read together are answered together, one byte each; closing reaps the helper."""
+    (tmp_path / "db.sqlite-wal").write_bytes(b"frames")
+    helper = await _sync_process.SyncProcess.start(str(tmp_path / "db.sqlite"))
+    try:
+        for _ in range(3):
+            helper.request()
+        answered = 0
+        while answered < 3:
+            answered += await helper.answers()
+        assert answered == 3
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await helper.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(helper.pid, 0)  # reaped: the pid is gone, not a zombie
