@@ -7,10 +7,9 @@ session's history would show here as a ratio well above 1.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from bench.harness import Sizes, TurnWatcher, median, tool_then_text_script
+from bench.harness import Sizes, TurnWatcher, cpu_seconds, median, tool_then_text_script
 from bench.turns import run_turn, watched_coordinator
 from coordinator import Coordinator
 
@@ -52,8 +51,8 @@ async def _short_history_cpu(coordinator: Coordinator, watcher: TurnWatcher, sam
 
 
 async def _turns_cpu(coordinator: Coordinator, watcher: TurnWatcher, session_id: str, turns: int) -> float:
-    """This process's CPU seconds a turn (``time.process_time``: every thread, the sync's included)."""
-    started = time.process_time()
+    """CPU seconds a turn: this process's, every thread, and its sync helper's (``cpu_seconds``)."""
+    started = cpu_seconds()
     for _ in range(turns):
         await run_turn(coordinator, watcher, session_id)
-    return (time.process_time() - started) / turns
+    return (cpu_seconds() - started) / turns

@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from bench.harness import Sizes, bench_config
+from bench.harness import Sizes, bench_config, cpu_seconds
 from bench.mock_model import STREAM_PREFIX, STREAM_WORD, serve_mock_model
 from coordinator import Coordinator, open_coordinator
 from coordinator.config import ModelConfig
@@ -123,17 +123,17 @@ async def _turns_cpu(db: Path, script: list[dict[str, object]], turns: int) -> t
 
             nursery.start_soon(watch)
             session = await coord.create_session(title="cpu")
-            started = time.process_time()
+            started = cpu_seconds()
             for _ in range(turns):
                 idle.append(trio.Event())
                 await coord.prompt(session.id, "go")
                 await idle[-1].wait()
-            cpu = time.process_time() - started
+            cpu = cpu_seconds() - started
             message = ChatMessage(role="user", content="go")
             request = ModelRequest(session_id="s", index=0, messages=(message,), tools=(), text=Silent())
-            started = time.process_time()
+            started = cpu_seconds()
             for _ in range(turns):
                 await model.complete(request)
-            model_cpu = time.process_time() - started
+            model_cpu = cpu_seconds() - started
             nursery.cancel_scope.cancel()
     return cpu, model_cpu

@@ -17,7 +17,17 @@ import trio
 
 from actors.context import TurnScope
 from actors.handle import ActorHandle
-from bench.harness import MODES, Sizes, TurnWatcher, bench_config, median, p99, tool_then_text_script
+from bench.harness import (
+    MODES,
+    Sizes,
+    TurnWatcher,
+    bench_config,
+    children_cpu_seconds,
+    cpu_seconds,
+    median,
+    p99,
+    tool_then_text_script,
+)
 from coordinator import Coordinator, open_coordinator
 from coordinator.models.scripted import ScriptedModel
 
@@ -55,20 +65,21 @@ async def sequential(
 ) -> tuple[float, float, list[float]]:
     """``sizes.turns`` turns one after the other, a new session every ``turns_per_session``.
 
-    Returns turns per second, this process's CPU seconds per turn (less sensitive than wall time to
-    other load on the machine), and each turn's latency.
+    Returns turns per second, CPU seconds per turn (less sensitive than wall time to other load on
+    the machine: this process's and its sync helper's, ``harness.cpu_seconds``), and each turn's
+    latency.
     """
     sessions = [
         await coordinator.create_session("bench") for _ in range(-(-sizes.turns // sizes.turns_per_session))
     ]
     latencies: list[float] = []
-    cpu_started = time.process_time()
+    cpu_started = cpu_seconds()
     started = time.perf_counter()
     for index in range(sizes.turns):
         session = sessions[index // sizes.turns_per_session]
         latencies.append(await run_turn(coordinator, watcher, session.id))
     elapsed = time.perf_counter() - started
-    return sizes.turns / elapsed, (time.process_time() - cpu_started) / sizes.turns, latencies
+    return sizes.turns / elapsed, (cpu_seconds() - cpu_started) / sizes.turns, latencies
 
 
 async def _concurrent(coordinator: Coordinator, watcher: TurnWatcher, sizes: Sizes) -> float:
@@ -92,7 +103,7 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
     per_session = max(sizes.turns_per_session, sizes.concurrent_turns)
     for mode in MODES:
         suffix = "" if mode == "full" else "_normal"
-        rates, cpu, concurrent, latencies = [], [], [], []
+        rates, cpu, helper_cpu, concurrent, latencies = [], [], [], [], []
         async with watched_coordinator(
             workdir, f"turns-{mode}.sqlite", mode, tool_then_text_script(per_session)
         ) as (
@@ -103,7 +114,9 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
             for _ in range(sizes.turns_per_session):
                 await run_turn(coordinator, watcher, warm_up.id)
             for _ in range(sizes.repeats):
+                helper_started = children_cpu_seconds()
                 rate, cpu_per_turn, samples = await sequential(coordinator, watcher, sizes)
+                helper_cpu.append((children_cpu_seconds() - helper_started) / sizes.turns)
                 rates.append(rate)
                 cpu.append(cpu_per_turn)
                 latencies += samples
@@ -111,6 +124,7 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
         figures[f"turns_per_s{suffix}"] = median(rates)
         figures[f"turns_per_s_concurrent{suffix}"] = median(concurrent)
         figures[f"turn_cpu_ms{suffix}"] = median(cpu) * 1000
+        figures[f"turn_cpu_ms_sync_process{suffix}"] = median(helper_cpu) * 1000
         figures[f"turn_ms_p50{suffix}"] = median(latencies) * 1000
         figures[f"turn_ms_p99{suffix}"] = p99(latencies) * 1000
     return figures
