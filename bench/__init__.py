@@ -20,7 +20,19 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
-GROUPS = ("turns", "history", "baseline", "stops", "scale", "http", "streaming", "retention", "pg", "peer")
+GROUPS = (
+    "turns",
+    "history",
+    "baseline",
+    "stops",
+    "scale",
+    "http",
+    "streaming",
+    "retention",
+    "pg",
+    "peer",
+    "processes",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +110,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         metrics_cost,
         peer,
         pg,
+        processes,
         retention,
         scale,
         stops,
@@ -135,6 +148,8 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
                 print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
                 continue
             figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
+        elif group == "processes":
+            figures.update(await processes.measure_processes(workdir, sizes))
         elif group == "peer":
             why = peer.unavailable()
             if why is not None:
