@@ -153,6 +153,8 @@ class TurnScope:
     epoch: int
     handle: ActorHandle
     resumed_after: str | None = None
+    # The session's title as the model is sent it, read by the turn's first step (titles never change).
+    title: str | None = None
     # The turn's span (``invoke_agent``), where each step adds the tokens its model request used.
     span: ActorSpan = NO_SPAN
     # The turn's nursery, owned by the session actor, for a step's background helper: the delta

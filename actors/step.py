@@ -97,11 +97,13 @@ def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
 
 async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     runtime = turn.runtime
-    session = await runtime.store.read(lambda reader: reader.get_session(turn.session_id))
+    if turn.title is None:
+        session = await runtime.store.read(lambda reader: reader.get_session(turn.session_id))
+        turn.title = "" if session is None else session.title
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
-        title="" if session is None else session.title,
+        title=turn.title,
         messages=await _conversation(turn),
         tools=tuple(tool.spec for tool in runtime.tools.values()),
         text=text,
