@@ -164,23 +164,23 @@ class GroupDurability:
             await self._synced.park()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sync in cycles until cancelled, then once more for the last commits.
+        """Make commits durable until cancelled, then once more for the last commits.
 
-        The fsync (and a checkpoint every ``CHECKPOINT_PAGES``) runs in a worker thread, so the trio
-        thread goes on running actors meanwhile; under a virtual clock (``MockClock``) it runs inline
-        instead, since a thread would let the clock jump ahead while the disk works.
+        The fsync runs in the sync process (else in a worker thread), and a checkpoint every
+        ``CHECKPOINT_PAGES`` in the worker thread, so the trio thread goes on running actors
+        meanwhile; under a virtual clock (``MockClock``) both run inline instead, since a thread or a
+        process would let the clock jump ahead while the disk works.
         """
         wal = None if self._path == ":memory:" else WalFile(self._path, self._busy_timeout_ms)
         virtual = clock.virtual()
         thread = None if virtual else SyncThread()
         blocking: Blocking = _inline if thread is None else thread.run
         helper = None
-        if wal is not None and thread is not None and self._synchronous == "full":
-            helper = await _start_helper(self._path)
         self._tools = (wal, blocking)
         self._attach()
-        self._helper = helper
         try:
+            if wal is not None and thread is not None and self._synchronous == "full":
+                helper = self._helper = await _start_helper(self._path)
             task_status.started()
             if helper is not None:
                 await self._serve_helper(helper, wal, blocking)
