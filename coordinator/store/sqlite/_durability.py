@@ -132,12 +132,7 @@ class GroupDurability:
             return
         if events:
             self._undurable.append(events)
-        if self._helper is None:
-            self._wake.set()
-        elif len(self._asked) < UNANSWERED_SYNCS:
-            self._ask()
-        else:
-            self._wanted = True
+        self._want_sync()
 
     async def wait(self) -> None:
         """Until every commit counted so far is durable."""
@@ -154,14 +149,19 @@ class GroupDurability:
         if not self._serving:
             return
         wanted = self._cycles_started + 1
+        self._want_sync()
+        while self._cycles_done < wanted and self._serving:
+            await self._synced.park()
+
+    def _want_sync(self) -> None:
+        """A sync of every commit made so far is wanted: asked of the sync process now, unless two
+        are out (then the next answer asks it), or left to the thread's next cycle."""
         if self._helper is None:
             self._wake.set()
         elif len(self._asked) < UNANSWERED_SYNCS:
             self._ask()
         else:
             self._wanted = True
-        while self._cycles_done < wanted and self._serving:
-            await self._synced.park()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Make commits durable until cancelled, then once more for the last commits.
