@@ -113,7 +113,7 @@ class SyncProcess:
     async def close(self) -> None:
         """Let the helper exit (its stdin closes), kill its group if it does not, and reap it.
 
-        **Cancellation:** call it in a shielded scope; it is bounded by ``REPLY_SECONDS``.
+        **Cancellation:** call it in a shielded scope; it is bounded by twice ``REPLY_SECONDS``.
         """
         process = self._process
         try:
@@ -122,13 +122,15 @@ class SyncProcess:
             with trio.move_on_after(REPLY_SECONDS):
                 await process.wait()
         finally:
-            if process.returncode is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await process.wait()
-            await self._answers.aclose()
+            # SIGKILL is not refused: the reap is quick, and bounded should the kernel be slow.
+            with trio.move_on_after(REPLY_SECONDS, shield=True):
+                if process.returncode is None:
+                    try:
+                        os.killpg(process.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    await process.wait()
+                await self._answers.aclose()
 
     async def _exit_status(self) -> str:
         with trio.move_on_after(1):
