@@ -308,7 +308,15 @@ AUTO_VACUUM_NONE = 0
 
 
 def _migrate(db: apsw.Connection) -> None:
-    with db:
+    """Bring the schema to this coordinator's version, in one transaction.
+
+    The transaction takes the write lock before it reads the version (``BEGIN IMMEDIATE``): two
+    processes opening one new file at once would otherwise both read version 0 and the second's
+    upgrade from reader to writer would fail at once (SQLite cannot wait for a snapshot that is
+    already stale), where now it waits for the first to finish and finds nothing left to do.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
         version = int(str(db.execute("PRAGMA user_version").fetchall()[0][0]))
         if version > len(MIGRATIONS):
             raise errors.SchemaTooNew(
@@ -317,6 +325,10 @@ def _migrate(db: apsw.Connection) -> None:
         for number in range(version, len(MIGRATIONS)):
             MIGRATIONS[number](db)
             db.execute(f"PRAGMA user_version={number + 1}")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 @contextlib.contextmanager

@@ -74,3 +74,32 @@ def test_the_sleeps_grow_from_microseconds_to_a_millisecond_and_stop_at_the_time
     assert wait(9) and slept[-1] == 1e-3
     clock[0] = 0.011
     assert not wait(10)
+
+
+def _open_at_once(path: Path, start: threading.Barrier, failures: list[BaseException]) -> None:
+    start.wait()
+    try:
+        with open_sqlite_store(str(path), synchronous="normal") as store:
+            assert store.read.get_session("ses_none") is None
+    except BaseException as exc:  # reported by the test, with its round
+        failures.append(exc)
+
+
+def test_two_connections_opening_one_new_file_at_once_both_open_it_migrated(tmp_path: Path) -> None:
+    """Both read the schema version of an empty file; the second waits for the first's migration.
+
+    Connections of one process share nothing in WAL mode beyond what two processes share, so two
+    threads race here as two coordinators would (apsw lets go of the GIL inside SQLite).
+    """
+    for round_number in range(20):
+        path = tmp_path / f"new-{round_number}.sqlite"
+        start = threading.Barrier(2)
+        failures: list[BaseException] = []
+        threads = [threading.Thread(target=_open_at_once, args=(path, start, failures)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert failures == [], (round_number, failures)
+        version = apsw.Connection(str(path)).execute("PRAGMA user_version").fetchall()[0][0]
+        assert version == len(_store.MIGRATIONS)
