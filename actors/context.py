@@ -167,6 +167,8 @@ class TurnScope:
     # The settlements a stop's cleanups left for the turn's own last transaction, in the order the
     # cleanups ran: children before parents (``settle``).
     deferred: list[Callable[[Transaction], object]] = attrs.Factory(list)
+    # Writes nothing waits for, carried by the turn's next transaction (``carry``).
+    carried: list[Callable[[Transaction], object]] = attrs.Factory(list)
     _waits_changed: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -180,7 +182,32 @@ class TurnScope:
 
         **Raises:** ``Fenced`` when another instance took the claim over; ``StoreError``.
         """
-        return await self.runtime.store.write(body, fence=self.fence)
+        if not self.carried:
+            return await self.runtime.store.write(body, fence=self.fence)
+        carried = list(self.carried)
+
+        def with_carried(tx: Transaction) -> T:
+            for earlier in carried:
+                earlier(tx)
+            return body(tx)
+
+        result = await self.runtime.store.write(with_carried, fence=self.fence)
+        self.carried = [c for c in self.carried if c not in carried]
+        return result
+
+    async def carry(self, body: Callable[[Transaction], object]) -> None:
+        """A write nothing outside the process waits for, made by the turn's next transaction, first.
+
+        A step's success is carried so: the next step's start follows it at once, and a stop's intent
+        or settlement, if one comes first, writes it before anything of its own, so the events keep
+        their order and the sweep finds the step settled. ``body`` must be idempotent: a carried body
+        stays until a write that carried it returned, and PostgreSQL's may commit, then report
+        ``Cancelled``, so the next write runs it again.
+
+        **Cancellation:** a checkpoint; the body is kept whatever happens next.
+        """
+        self.carried.append(body)
+        await trio.lowlevel.checkpoint()
 
     async def settle(self, body: Callable[[Transaction], object]) -> bool:
         """A cleanup's settlement: a wait's revocation, a call's or a step's failure. Returns whether it

@@ -12,6 +12,7 @@ commit that records the reply records the text; a stop before that records it in
 
 from __future__ import annotations
 
+import functools
 import math
 
 import structlog
@@ -83,7 +84,8 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         succeeded = events.step_succeeded(
             turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
         )
-        await turn.write(lambda tx: _succeed(tx, step_id, succeeded))
+        # The next step's start (or the stop that comes instead) commits it: nothing waits between.
+        await turn.carry(functools.partial(_succeed, step_id=step_id, succeeded=succeeded))
         span.succeeded()
         return True
     raise AssertionError("a step's own scope is never stopped alone")
@@ -165,7 +167,7 @@ async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepTe
 
     def answer(tx: Transaction) -> None:
         _insert_assistant_message(tx, turn, reply)
-        _succeed(tx, step_id, succeeded)
+        _succeed(tx, step_id=step_id, succeeded=succeeded)
 
     await turn.write(answer)
     _recorded(turn, step_id, text)
@@ -185,9 +187,10 @@ async def _record_reply(
     return calls
 
 
-def _succeed(tx: Transaction, step_id: str, succeeded: Draft) -> None:
-    tx.settle_step(step_id, "succeeded", None)
-    tx.emit(succeeded)
+def _succeed(tx: Transaction, *, step_id: str, succeeded: Draft) -> None:
+    """Idempotent, as ``TurnScope.carry`` needs: once the step succeeded, writes nothing."""
+    if tx.succeed_step(step_id):
+        tx.emit(succeeded)
 
 
 def _recorded(turn: TurnScope, step_id: str, text: StepText) -> None:

@@ -129,6 +129,10 @@ class SqlTransaction(SqlReader, api.Transaction):
     def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None:
         self._run("UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, _reason(reason), step_id))
 
+    def succeed_step(self, step_id: str) -> bool:
+        query = "UPDATE steps SET status = 'succeeded', reason = NULL WHERE id = ? AND status = 'running'"
+        return self._run(query, (step_id,)) == 1
+
     def save_streamed_text(self, step_id: str, text: str) -> None:
         self._run("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
 
