@@ -167,6 +167,21 @@ async def test_a_parked_turn_is_released_once_and_never_parked_again_before_its_
     assert await store.read(lambda r: (r.resume_asked_turn_ids(), r.is_parked("t1"))) == (set(), False)
 
 
+async def test_a_step_succeeds_once_and_never_over_a_failure(store: Store) -> None:
+    """``succeed_step`` is a compare-and-set on a running step (a carried success may be written twice:
+    ``TurnScope.carry``): the second time, and on a step a stop failed meanwhile, it writes nothing."""
+
+    def steps(tx: Transaction) -> tuple[bool, bool, bool]:
+        a_session_with_a_turn(tx)
+        tx.insert_step("st1", "s1", "t1", "now")
+        tx.insert_step("st2", "s1", "t1", "now")
+        tx.settle_step("st2", "failed", Interrupt.by_person("api"))
+        return tx.succeed_step("st1"), tx.succeed_step("st1"), tx.succeed_step("st2")
+
+    assert await store.write(steps) == (True, False, False)
+    assert await store.read(lambda r: r.running_steps("t1")) == []
+
+
 def _request(request_id: str) -> PermissionRequest:
     return PermissionRequest(
         id=request_id, session_id="s1", call_id="c1", action="shell", resource="ls", status="pending",
