@@ -17,10 +17,12 @@ WAL's own name survives too.
 
 The fsync itself runs in a helper process (``_sync_process.py``) when one can be started, else in a
 thread: a thread needs the GIL to start a sync and to report it, and the trio thread, busy with the
-actors' Python, holds it. A commit asks for its sync at once (a byte on a pipe) unless two are already
-asked and unanswered: then the next answer asks for one covering every commit made meanwhile. So a
-sync starts the moment its commit lands, or the moment the disk is free, never when a task is next
-scheduled.
+actors' Python, holds it. A sync is asked (a byte on a pipe) the moment someone waits for a commit to be
+durable (a caller's answer, a tool's start), and otherwise as soon as the trio loop has nothing left
+to run, or a millisecond after the commit if it never runs out of work: the commits a turn makes
+while nothing outside waits share one sync (a tool turn's eight commits ask three syncs, not eight:
+each sync costs the trio thread a write, a wakeup and a read, and the helper a cycle). At most two
+are asked and unanswered: one running, and one that covers every commit made until it starts.
 
 The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
 connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
@@ -43,6 +45,7 @@ import attrs
 import outcome
 import structlog
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from coordinator import clock, errors
 from coordinator.events import Event
@@ -59,6 +62,10 @@ THREAD_JOIN_SECONDS = 1.0
 UNANSWERED_SYNCS = 2
 """Syncs asked of the helper process and not answered yet, at most: one running and one that starts
 as soon as it ends, covering every commit made until then."""
+
+ASK_WITHIN_SECONDS = 0.001
+"""How long a commit nobody waits for may wait for its sync to be asked, when the trio loop never
+runs out of work (else it is asked as soon as the loop has nothing to run)."""
 
 log = structlog.get_logger()
 
@@ -97,6 +104,7 @@ class GroupDurability:
         self._helper: SyncProcess | None = None
         self._asked: deque[_Sync] = deque()
         self._wanted = False
+        self._may_ask = trio.Event()
         self._checkpoint_due = trio.Event()
         self._synced = trio.lowlevel.ParkingLot()
         self._cycles_started = 0
@@ -141,6 +149,7 @@ class GroupDurability:
         while self._durable_commits < target:
             if self._failed is not None:
                 raise self._failed
+            self._ask_if_free()  # someone waits: no reason to wait for the loop to be idle
             await self._synced.park()
 
     async def sync_now(self) -> None:
@@ -150,18 +159,36 @@ class GroupDurability:
             return
         wanted = self._cycles_started + 1
         self._want_sync()
+        self._ask_if_free()
         while self._cycles_done < wanted and self._serving:
             await self._synced.park()
 
     def _want_sync(self) -> None:
-        """A sync of every commit made so far is wanted: asked of the sync process now, unless two
-        are out (then the next answer asks it), or left to the thread's next cycle."""
+        """A sync of every commit made so far is wanted: asked of the sync process by whoever waits
+        for it, or when the loop is idle (``_ask_when_idle``); or left to the thread's next cycle."""
         if self._helper is None:
             self._wake.set()
-        elif len(self._asked) < UNANSWERED_SYNCS:
-            self._ask()
         else:
             self._wanted = True
+            self._may_ask.set()
+
+    def _ask_if_free(self) -> None:
+        """Ask the sync process for the wanted sync now, unless two are out (then it is asked once
+        one is answered, by whoever waits, or by ``_ask_when_idle``)."""
+        if self._helper is not None and self._wanted and len(self._asked) < UNANSWERED_SYNCS:
+            self._ask()
+
+    async def _ask_when_idle(self) -> None:
+        """Ask for each wanted sync once the trio loop has nothing to run, or ``ASK_WITHIN_SECONDS``
+        after it became wanted, whichever is first: the commits made meanwhile share it."""
+        while True:
+            await self._may_ask.wait()
+            self._may_ask = trio.Event()
+            if not self._wanted or len(self._asked) >= UNANSWERED_SYNCS:
+                continue  # asked meanwhile, or an answer sets ``_may_ask`` again
+            with trio.move_on_after(ASK_WITHIN_SECONDS):
+                await wait_all_tasks_blocked()
+            self._ask_if_free()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Make commits durable until cancelled, then once more for the last commits.
@@ -289,6 +316,7 @@ class GroupDurability:
         async with trio.open_nursery() as nursery:
             if wal is not None:
                 nursery.start_soon(self._checkpoints, wal, blocking)
+            nursery.start_soon(self._ask_when_idle)
             while True:
                 await self._take_answers(helper)
 
@@ -316,8 +344,8 @@ class GroupDurability:
             self._cycles_done += 1
             for events in sync.batches:
                 self._hand_over(events)
-        if self._wanted and len(self._asked) < UNANSWERED_SYNCS:
-            self._ask()
+        if self._wanted:
+            self._may_ask.set()  # the waiters woken below ask it at once if they need it
         self._synced.unpark_all()
         if self._wal_pages >= CHECKPOINT_PAGES:
             self._wal_pages = 0

@@ -20,8 +20,9 @@ import trio.testing
 
 from coordinator import errors, open_coordinator
 from coordinator.config import Config, PluginConfig
-from coordinator.events import Event
+from coordinator.events import Draft, Event
 from coordinator.records import Rule
+from coordinator.store import Transaction
 from coordinator.store.sqlite import _durability, _sync_process
 from tests.conftest import make_config, running
 
@@ -212,6 +213,54 @@ async def test_the_commits_of_concurrent_sessions_share_syncs(
     assert [e.payload["outcome"] for e in recorder.of("session.idle")] == ["succeeded"] * 20
     assert committed >= 20 * len(TURN) // 2  # at least one commit for every two events
     assert syncs * 3 <= committed, f"{syncs} syncs for {committed} commits"
+
+
+async def test_a_turns_commits_that_nobody_waits_for_share_the_syncs_asked_when_someone_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync is asked when someone waits (the prompt's answer, the tool's start) or when the loop is
+    idle, not at every commit: one tool turn's eight commits share a few syncs, and every event is
+    still published, in order."""
+    gate = SyncGate(monkeypatch, "process")
+    config, marker = marking_config(tmp_path)
+    async with running(config, mark_then_text(marker), synchronous="full") as (coord, recorder):
+        session = await coord.create_session()
+        await recorder.wait_for("session.created")
+        commits_before, syncs_before = coord.store._durability._commits, gate.syncs
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        commits = coord.store._durability._commits - commits_before
+        syncs = gate.syncs - syncs_before
+    assert recorder.types() == ["session.created", *TURN]
+    assert marker.read_text() == "ran"
+    assert commits == 8
+    # One sync a commit would be eight. Here three to five are asked (three on average in the
+    # benchmark's turns): how many idle moments fall between the commits depends on the timing.
+    assert syncs <= 6, f"{syncs} syncs for {commits} commits"
+
+
+async def test_a_commit_nobody_waits_for_is_synced_within_a_millisecond_though_the_loop_never_idles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that never blocks keeps the loop from being idle: the sync of a commit made meanwhile
+    is asked ``ASK_WITHIN_SECONDS`` after it anyway, and its event reaches the subscriber."""
+    gate = SyncGate(monkeypatch, "process")
+    config, _ = marking_config(tmp_path)
+    async with running(config, synchronous="full") as (coord, recorder):
+        syncs_before = gate.syncs
+        spins = 0
+
+        def unwaited(tx: Transaction) -> None:  # a bare transaction: no caller waits for it
+            tx.insert_session("ses_unwaited", "", "2026-12-05T00:00:00Z")
+            tx.emit(Draft(type="test.unwaited", session_id="ses_unwaited", payload={}))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(coord.store.write, unwaited)
+                while not recorder.of("test.unwaited"):
+                    spins += 1
+                    await trio.lowlevel.checkpoint()  # runnable again at once: the loop never idles
+        assert gate.syncs == syncs_before + 1 and spins > 0
 
 
 async def test_a_failed_sync_stops_the_coordinator_and_acknowledges_nothing(
