@@ -45,7 +45,6 @@ import attrs
 import outcome
 import structlog
 import trio
-from trio.testing import wait_all_tasks_blocked
 
 from coordinator import clock, errors
 from coordinator.events import Event
@@ -104,7 +103,7 @@ class GroupDurability:
         self._helper: SyncProcess | None = None
         self._asked: deque[_Sync] = deque()
         self._wanted = False
-        self._may_ask = trio.Event()
+        self._wanted_since = 0.0
         self._checkpoint_due = trio.Event()
         self._synced = trio.lowlevel.ParkingLot()
         self._cycles_started = 0
@@ -165,29 +164,23 @@ class GroupDurability:
 
     def _want_sync(self) -> None:
         """A sync of every commit made so far is wanted: asked of the sync process by whoever waits
-        for it, or when the loop is idle (``_ask_when_idle``); or left to the thread's next cycle."""
+        for it, or when the loop is idle (``_AskWhenIdle``); or left to the thread's next cycle."""
         if self._helper is None:
             self._wake.set()
-        else:
+        elif not self._wanted:
             self._wanted = True
-            self._may_ask.set()
+            self._wanted_since = time.perf_counter()
 
     def _ask_if_free(self) -> None:
         """Ask the sync process for the wanted sync now, unless two are out (then it is asked once
-        one is answered, by whoever waits, or by ``_ask_when_idle``)."""
+        one is answered, by whoever waits, or when the loop is idle)."""
         if self._helper is not None and self._wanted and len(self._asked) < UNANSWERED_SYNCS:
             self._ask()
 
-    async def _ask_when_idle(self) -> None:
-        """Ask for each wanted sync once the trio loop has nothing to run, or ``ASK_WITHIN_SECONDS``
-        after it became wanted, whichever is first: the commits made meanwhile share it."""
-        while True:
-            await self._may_ask.wait()
-            self._may_ask = trio.Event()
-            if not self._wanted or len(self._asked) >= UNANSWERED_SYNCS:
-                continue  # asked meanwhile, or an answer sets ``_may_ask`` again
-            with trio.move_on_after(ASK_WITHIN_SECONDS):
-                await wait_all_tasks_blocked()
+    def before_io_wait(self, timeout: float) -> None:
+        """The trio loop is about to wait for I/O (``_AskWhenIdle``): ask the wanted sync if nothing
+        is left to run (``timeout > 0``), or if it has been wanted ``ASK_WITHIN_SECONDS``."""
+        if self._wanted and (timeout > 0 or time.perf_counter() - self._wanted_since >= ASK_WITHIN_SECONDS):
             self._ask_if_free()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -312,13 +305,19 @@ class GroupDurability:
             self._synced.unpark_all()
 
     async def _serve_helper(self, helper: SyncProcess, wal: WalFile | None, blocking: Blocking) -> None:
-        """Take the helper's answers as they come; checkpoint the WAL beside, in the thread."""
-        async with trio.open_nursery() as nursery:
-            if wal is not None:
-                nursery.start_soon(self._checkpoints, wal, blocking)
-            nursery.start_soon(self._ask_when_idle)
-            while True:
-                await self._take_answers(helper)
+        """Take the helper's answers as they come; checkpoint the WAL beside, in the thread; ask
+        syncs nobody waits for when the loop is idle."""
+        idle = _AskWhenIdle(self)
+        trio.lowlevel.add_instrument(idle)
+        try:
+            async with trio.open_nursery() as nursery:
+                if wal is not None:
+                    nursery.start_soon(self._checkpoints, wal, blocking)
+                while True:
+                    await self._take_answers(helper)
+        finally:
+            with contextlib.suppress(KeyError):  # trio drops an instrument that raised
+                trio.lowlevel.remove_instrument(idle)
 
     async def _answer_all(self, helper: SyncProcess) -> None:
         """Until every commit made so far is answered synced (a shutdown's last syncs)."""
@@ -344,8 +343,6 @@ class GroupDurability:
             self._cycles_done += 1
             for events in sync.batches:
                 self._hand_over(events)
-        if self._wanted:
-            self._may_ask.set()  # the waiters woken below ask it at once if they need it
         self._synced.unpark_all()
         if self._wal_pages >= CHECKPOINT_PAGES:
             self._wal_pages = 0
@@ -365,6 +362,21 @@ class GroupDurability:
         # interleave (a fraction of the stall of checkpointing all of them here).
         with contextlib.suppress(apsw.BusyError, apsw.LockedError):
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+class _AskWhenIdle(trio.abc.Instrument):
+    """Tells the durability each time the trio loop is about to wait for I/O, with how long it may
+    wait: more than zero means no task is left to run, the moment to ask a sync nobody waits for.
+
+    An instrument rather than a task waiting for the loop to be idle: it costs one call a loop
+    iteration and no wakeup, where a task costs a wakeup and an extra ``epoll`` each time.
+    """
+
+    def __init__(self, durability: GroupDurability) -> None:
+        self._durability = durability
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._durability.before_io_wait(timeout)
 
 
 @attrs.frozen
