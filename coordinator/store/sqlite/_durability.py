@@ -17,12 +17,13 @@ WAL's own name survives too.
 
 The fsync itself runs in a helper process (``_sync_process.py``) when one can be started, else in a
 thread: a thread needs the GIL to start a sync and to report it, and the trio thread, busy with the
-actors' Python, holds it. A sync is asked (a byte on a pipe) the moment someone waits for a commit to be
-durable (a caller's answer, a tool's start), and otherwise as soon as the trio loop has nothing left
-to run, or a millisecond after the commit if it never runs out of work: the commits a turn makes
-while nothing outside waits share one sync (a tool turn's eight commits ask three syncs, not eight:
-each sync costs the trio thread a write, a wakeup and a read, and the helper a cycle). At most two
-are asked and unanswered: one running, and one that covers every commit made until it starts.
+actors' Python, holds it. A sync is asked (a byte on a pipe) as soon as the trio loop has nothing left
+to run, or a millisecond after the commit if it never runs out of work, even when someone already
+waits for it (a caller's answer, a tool's start): the commits the loop makes meanwhile share it (a
+tool turn's eight commits ask two syncs, not eight: each sync costs the trio thread a write, a
+wakeup and a read, and the helper a cycle; asking at once for a waiter asked three, cost more CPU
+and answered no sooner). At most two are asked and unanswered: one running, and one that covers
+every commit made until it starts.
 
 The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
 connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
@@ -148,7 +149,6 @@ class GroupDurability:
         while self._durable_commits < target:
             if self._failed is not None:
                 raise self._failed
-            self._ask_if_free()  # someone waits: no reason to wait for the loop to be idle
             await self._synced.park()
 
     async def sync_now(self) -> None:
@@ -163,8 +163,8 @@ class GroupDurability:
             await self._synced.park()
 
     def _want_sync(self) -> None:
-        """A sync of every commit made so far is wanted: asked of the sync process by whoever waits
-        for it, or when the loop is idle (``_AskWhenIdle``); or left to the thread's next cycle."""
+        """A sync of every commit made so far is wanted: asked of the sync process when the loop is
+        idle (``_AskWhenIdle``), or left to the thread's next cycle."""
         if self._helper is None:
             self._wake.set()
         elif not self._wanted:
@@ -172,8 +172,8 @@ class GroupDurability:
             self._wanted_since = time.perf_counter()
 
     def _ask_if_free(self) -> None:
-        """Ask the sync process for the wanted sync now, unless two are out (then it is asked once
-        one is answered, by whoever waits, or when the loop is idle)."""
+        """Ask the sync process for the wanted sync now, unless two are out (then it is asked when
+        the loop is next idle after an answer)."""
         if self._helper is not None and self._wanted and len(self._asked) < UNANSWERED_SYNCS:
             self._ask()
 
