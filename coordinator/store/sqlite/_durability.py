@@ -64,8 +64,8 @@ UNANSWERED_SYNCS = 2
 as soon as it ends, covering every commit made until then."""
 
 ASK_WITHIN_SECONDS = 0.001
-"""How long a commit nobody waits for may wait for its sync to be asked, when the trio loop never
-runs out of work (else it is asked as soon as the loop has nothing to run)."""
+"""How long a commit may wait for its sync to be asked when the trio loop never runs out of work
+(else it is asked as soon as the loop has nothing to run)."""
 
 log = structlog.get_logger()
 

@@ -326,7 +326,7 @@ def _migrate(db: apsw.Connection) -> None:
             MIGRATIONS[number](db)
             db.execute(f"PRAGMA user_version={number + 1}")
     except BaseException:
-        db.execute("ROLLBACK")
+        _rollback(db)
         raise
     db.execute("COMMIT")
 
