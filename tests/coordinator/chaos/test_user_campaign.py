@@ -7,6 +7,7 @@ when its call is stopped, ``tidy`` kills its helper's process group however the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -39,9 +40,32 @@ def write_files(folder: Path, tool: str) -> tuple[Path, Path]:
 
 
 def _helpers() -> list[str]:
-    """Helpers of ``user_tools`` still running anywhere on this machine."""
+    """Helpers of ``user_tools`` still running that this test worker's tests started.
+
+    Under xdist the other worker may run a test whose helpers live meanwhile (the leaky tool's, until
+    its campaign kills them): a helper inherits its worker's ``PYTEST_XDIST_WORKER``, which tells
+    them apart (the helpers of one worker's tests, run one after another, are all checked).
+    """
     found = subprocess.run(["pgrep", "-f", "sleep 60.021"], capture_output=True, text=True)
-    return found.stdout.split()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return [pid for pid in found.stdout.split() if _worker_of(pid) in (worker, UNREADABLE)]
+
+
+ENDED, UNREADABLE = "<ended>", "<unreadable>"
+
+
+def _worker_of(pid: str) -> str:
+    """The xdist worker a process was started under ("" for none)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except FileNotFoundError:
+        return ENDED  # since pgrep found it: no helper of anyone's
+    except OSError:
+        return UNREADABLE
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"PYTEST_XDIST_WORKER="):
+            return entry.partition(b"=")[2].decode()
+    return ""
 
 
 def _at(tmp_path: Path, tool: str, checkpoint: str, fault: Fault) -> tuple[Setup, tuple[Injection, ...]]:
