@@ -72,9 +72,12 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
                     span.succeeded()
                     return False
                 calls = await _record_reply(turn, step_id, reply, text)
+                siblings = tool_call.Siblings(running=len(calls))
                 async with trio.open_nursery() as nursery:
                     for call in calls:
-                        await nursery.start(tool_call.run, turn, handle, call)
+                        await nursery.start(
+                            functools.partial(tool_call.run, turn, handle, call, siblings=siblings)
+                        )
         except BaseException:
             reason = handle.reason_or_failure()
             with trio.move_on_after(SETTLE_SECONDS, shield=True):

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import structlog
 import trio
 
@@ -28,10 +29,28 @@ from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, ToolError
+from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Capabilities, Tool, ToolContext, capabilities_of
 
 log = structlog.get_logger()
+
+
+@attrs.define
+class Siblings:
+    """The top-level calls of one step still running. The last of them to succeed has its success
+    carried (``TurnScope.carry``) to the step's next transaction: the next step's start follows it
+    at once, so nothing outside waits between them, and one commit a tool turn is saved."""
+
+    running: int
+
+    @contextlib.contextmanager
+    def one_running(self) -> Iterator[None]:
+        """Around one of the calls, however it ends."""
+        try:
+            yield
+        finally:
+            self.running -= 1
 
 
 async def run(
@@ -41,12 +60,15 @@ async def run(
     *,
     restore: PermissionRequest | None = None,
     permitted: bool = False,
+    siblings: Siblings | None = None,
     task_status: trio.TaskStatus[ActorHandle] = trio.TASK_STATUS_IGNORED,
 ) -> CallResult:
     """Run ``call`` (stored as running, its start published) to its one settlement, and return it.
 
     ``restore``: the kept permission request of a resumed call, asked again; ``permitted``: a resumed
-    call that was let run before the restart (a task call whose sub-agent's turn started).
+    call that was let run before the restart (a task call whose sub-agent's turn started);
+    ``siblings``: the step's calls running beside this one (``Siblings``), None for a call whose
+    success must be committed at once (a nested call, a resumed call).
 
     **Cancellation:** the call fails with the turn's reason and its partial result, or, for a shutdown
     while it waits on a person, is left for the next start; shielded, bounded by ``SETTLE_SECONDS``.
@@ -61,6 +83,7 @@ async def run(
         turn.runtime.tracing.tool_call(call, handle) as span,
         handle.scope,
         stops.failing_on_error(turn, f"tool call {call.call_id}"),
+        contextlib.nullcontext() if siblings is None else siblings.one_running(),
     ):
         task_status.started(handle)
         try:
@@ -86,7 +109,7 @@ async def run(
                 await _settle_stopped(turn, handle, call, context, capabilities)
             raise
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
-            await _settle_succeeded(turn, call, output)
+            await _settle_succeeded(turn, call, output, last=siblings is not None and siblings.running == 1)
         span.succeeded()
         return CallResult(call_id=call.call_id, status="succeeded", output=output)
     raise AssertionError("a tool call's own scope is never stopped alone")
@@ -226,11 +249,18 @@ def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = N
     return Partial(logs=list(context.logs), calls=list(context.calls), progress=progress)
 
 
-async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any) -> None:
+async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any, *, last: bool) -> None:
+    """Commit the success, or carry it when the step's next transaction follows at once (``last``)."""
     tools = turn.runtime.tools
-    await turn.write(
-        lambda tx: settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None)
-    )
+
+    def succeed(tx: Transaction) -> None:
+        # Idempotent, as ``TurnScope.carry`` needs: a settled call is not settled again.
+        settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None)
+
+    if last:
+        await turn.carry(succeed)
+    else:
+        await turn.write(succeed)
 
 
 async def _settle_failed(

@@ -399,10 +399,34 @@ async def test_a_call_whose_settlement_failed_settles_before_its_step(
     The failed commit stops the turn (an internal error); the step fails at once, leaving the call's row
     running, and the session's sweep fails the call after the step (F6 fixed this for the nested calls of
     execute, not for a step's calls). Campaign: seed 1, run 105, ``--schedule '14:tool.end:store_failure/busy'``.
+    The first of two calls ends: its success is committed at once (the other still runs), and fails.
     """
 
     async def fail(turn: Any) -> None:
         fail_next_commit(turn.runtime.store)  # the call's own settlement
+
+    calls = {"tool_calls": [{"id": f"c{n}", "name": "slow", "input": {"seconds": n}} for n in (1, 2)]}
+    injector = OnCheckpoint("tool.end", fail)
+    async with running(config_for(tmp_path), [calls, DONE], injector=injector) as (coord, recorder):
+        session = await coord.create_session()
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        types = recorder.types(session.id)
+        assert types.count("session.tool.failed") == 2
+        assert types.index("session.step.failed") > max(
+            i for i, t in enumerate(types) if t == "session.tool.failed"
+        )
+
+
+async def test_a_carried_call_success_whose_commit_failed_is_written_before_the_turn_fails(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """The step's last call carries its success to the next step's start (``TurnScope.carry``). When
+    that commit fails, the turn fails, and its settlement writes the call's success and the step's
+    first: the call succeeded and is kept so, children before parents."""
+
+    async def fail(turn: Any) -> None:
+        fail_next_commit(turn.runtime.store)  # the next step's start, carrying the call's success
 
     async with running(config_for(tmp_path), [SHORT_CALL, DONE], injector=OnCheckpoint("tool.end", fail)) as (
         coord,
@@ -411,8 +435,18 @@ async def test_a_call_whose_settlement_failed_settles_before_its_step(
         session = await coord.create_session()
         await coord.prompt(session.id, "go")
         await recorder.wait_for("session.idle")
-        types = recorder.types(session.id)
-        assert types.index("session.tool.failed") < types.index("session.step.failed")
+        assert recorder.types(session.id) == [
+            "session.created",
+            "session.turn.started",
+            "session.step.started",
+            "session.tool.started",
+            "session.tool.succeeded",
+            "session.step.succeeded",
+            "session.execution.failed",
+            "session.idle",
+        ]
+        calls = await coord.store.read(lambda reader: reader.tool_calls_of_session(session.id))
+        assert [(c.call_id, c.status) for c in calls] == [("call_1", "succeeded")]
 
 
 async def test_a_stop_while_a_step_starts_its_calls_settles_them_before_the_step(
