@@ -102,14 +102,12 @@ def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
 
 async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     runtime = turn.runtime
-    if turn.title is None:
-        session = await runtime.store.read(lambda reader: reader.get_session(turn.session_id))
-        turn.title = "" if session is None else session.title
+    messages = await _conversation(turn)
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
-        title=turn.title,
-        messages=await _conversation(turn),
+        title=await _title(turn),
+        messages=messages,
         tools=tuple(tool.spec for tool in runtime.tools.values()),
         text=text,
     )
@@ -130,6 +128,18 @@ async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
     await stops.decide(turn, stop)
     await trio.lowlevel.checkpoint()
     raise AssertionError("a stopped turn did not cancel its step")
+
+
+async def _title(turn: TurnScope) -> str:
+    """The session's title, read once a turn at most, and kept beside its conversation between turns."""
+    if turn.title is None:
+        conversations = turn.runtime.conversations
+        turn.title = conversations.title(turn.session_id)
+        if turn.title is None:
+            session = await turn.runtime.store.read(lambda reader: reader.get_session(turn.session_id))
+            turn.title = "" if session is None else session.title
+            conversations.keep_title(turn.session_id, turn.title)
+    return turn.title
 
 
 async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> ModelReply:

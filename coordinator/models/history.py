@@ -82,6 +82,8 @@ class SettledConversation:
     last_ord: int = -1
     epoch: int
     size: int = 0
+    # The session's title, as the model is sent it (a title never changes): None until a step read it.
+    title: str | None = None
 
 
 class Conversations:
@@ -123,6 +125,17 @@ class Conversations:
         rest = to_chat([s.message for s in stored[settled:]], model_ids)
         self._keep(session_id, kept)
         return (*kept.messages, *rest)
+
+    def title(self, session_id: str) -> str | None:
+        """The session's title if kept (beside its conversation), else None."""
+        kept = self._sessions.get(session_id)
+        return None if kept is None else kept.title
+
+    def keep_title(self, session_id: str, title: str) -> None:
+        """Keep the session's title beside its conversation, if one is kept."""
+        kept = self._sessions.get(session_id)
+        if kept is not None:
+            kept.title = title
 
     def kept_messages(self, session_id: str) -> int:
         """How many messages of the session's conversation are kept (0 when none is)."""

@@ -117,6 +117,25 @@ async def test_forget_drops_a_session(store: SqliteStore) -> None:
     assert (conversations.kept_messages("s"), conversations.size) == (0, 0)
 
 
+async def test_the_title_is_kept_beside_the_conversation_and_dropped_with_it(store: SqliteStore) -> None:
+    async with store.transaction() as tx:
+        tx.insert_session("s", "t", "now")
+        add_turn(tx, "s", "t1", "settled")
+    conversations = Conversations()
+    conversations.keep_title("s", "helper")  # nothing kept of the session yet: not kept either
+    assert conversations.title("s") is None
+    await conversations.request_messages(tail(store, "s"), "s", epoch=1)
+    conversations.keep_title("s", "helper")
+    assert conversations.title("s") == "helper"
+    await conversations.request_messages(tail(store, "s"), "s", epoch=2)  # the next turn's step
+    assert conversations.title("s") == "helper"
+    await conversations.request_messages(tail(store, "s"), "s", epoch=5)  # another owner meanwhile
+    assert conversations.title("s") is None
+    conversations.keep_title("s", "helper")
+    conversations.forget("s")
+    assert conversations.title("s") is None
+
+
 async def test_the_sessions_used_least_recently_are_dropped_beyond_the_budget(store: SqliteStore) -> None:
     """The budget bounds the memory of every session's kept conversation together."""
     async with store.transaction() as tx:
