@@ -124,8 +124,7 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
         """
         self._check_open()
-        await self._session(session_id)
-        turn_id = await decisions.queue_prompt(self._runtime, session_id, text)
+        turn_id = await decisions.queue_prompt(self._runtime, session_id, text)  # checks the session
         self._registry.ensure_running(session_id)
         await self._durable()
         return turn_id

@@ -55,14 +55,17 @@ async def create_session(runtime: Runtime, title: str) -> Session:
 
 
 async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
-    text = _text(text, "text", empty_ok=False)
+    """Queue a turn for ``text``; returns its id.
+
+    **Raises:** ``SessionNotFound`` (checked first), ``InvalidRequest`` (empty text).
+    """
     turn_id = new_id("turn")
 
     def queue(tx: Transaction) -> None:
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
         # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
         _existing(tx, session_id)
-        tx.insert_turn(turn_id, session_id, text, now_rfc3339())
+        tx.insert_turn(turn_id, session_id, _text(text, "text", empty_ok=False), now_rfc3339())
 
     await runtime.store.write(queue)
     return turn_id
