@@ -124,6 +124,9 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
         """
         self._check_open()
+        # A scheduling point, as the session's read before the queueing had been: the chaos
+        # campaign's recorded runs replay by the order of checkpoints across sessions (design/chaos.md).
+        await trio.lowlevel.checkpoint()
         turn_id = await decisions.queue_prompt(self._runtime, session_id, text)  # checks the session
         self._registry.ensure_running(session_id)
         await self._durable()
