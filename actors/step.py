@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 
+import attrs
 import structlog
 import trio
 
@@ -52,11 +53,16 @@ async def run(turn: TurnScope) -> bool:
 
 
 async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
-    def begin(tx: Transaction) -> tuple[int, Event]:
-        index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
-        return index, tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+    after_ord = turn.runtime.conversations.kept_until(turn.session_id, turn.epoch)
 
-    index, started = await turn.write(begin)
+    def begin(tx: Transaction) -> tuple[int, Event, History]:
+        index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
+        started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
+        # What the model is sent, read here: a read of its own would cost a read transaction, and
+        # its connection's page cache is stale after every commit of the writer's.
+        return index, started, History(after_ord, *tx.history_after(turn.session_id, after_ord))
+
+    index, started, history = await turn.write(begin)
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
@@ -64,7 +70,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
             with stops.failing_on_error(turn, f"step {step_id}"):
-                reply = await _ask_model(turn, index, text)
+                reply = await _ask_model(turn, index, text, history)
                 span.add_usage(reply.usage)
                 turn.span.add_usage(reply.usage)
                 if not reply.tool_calls:
@@ -100,9 +106,9 @@ def _message(reply: ModelReply, calls: list[ToolCallRow]) -> StepMessage:
     return StepMessage(text=reply.text, tool_calls=tool_calls)
 
 
-async def _ask_model(turn: TurnScope, index: int, text: StepText) -> ModelReply:
+async def _ask_model(turn: TurnScope, index: int, text: StepText, history: History) -> ModelReply:
     runtime = turn.runtime
-    messages = await _conversation(turn)
+    messages = await _conversation(turn, history)
     request = ModelRequest(
         session_id=turn.session_id,
         index=index,
@@ -161,14 +167,33 @@ async def _stream(turn: TurnScope, request: ModelRequest, text: StepText) -> Mod
     return reply
 
 
-async def _conversation(turn: TurnScope) -> tuple[ChatMessage, ...]:
+@attrs.frozen
+class History:
+    """The session's messages stored after ``after_ord`` (what its kept conversation lacks), and
+    their calls' model ids, as the transaction that began the step read them."""
+
+    after_ord: int
+    stored: list[StoredMessage]
+    model_ids: dict[str, str | None]
+
+
+async def _conversation(turn: TurnScope, history: History) -> tuple[ChatMessage, ...]:
     """The history as the model is sent it: the session's settled turns are kept converted."""
     runtime, session_id = turn.runtime, turn.session_id
+    conversations = runtime.conversations
+    # A scheduling point, as the read of its own had been: the chaos campaign's recorded runs replay
+    # by the order of checkpoints across sessions (design/chaos.md).
+    await trio.lowlevel.checkpoint()
+    messages = conversations.messages_after(
+        session_id, turn.epoch, history.after_ord, history.stored, history.model_ids
+    )
+    if messages is not None:
+        return messages
 
     async def tail(after_ord: int) -> tuple[list[StoredMessage], dict[str, str | None]]:
         return await runtime.store.read(lambda reader: reader.history_after(session_id, after_ord))
 
-    return await runtime.conversations.request_messages(tail, session_id, turn.epoch)
+    return await conversations.request_messages(tail, session_id, turn.epoch)
 
 
 async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:

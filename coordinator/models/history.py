@@ -105,15 +105,30 @@ class Conversations:
         """The estimated bytes kept, every session together."""
         return self._size
 
-    async def request_messages(
-        self, tail: HistoryTail, session_id: str, epoch: int
-    ) -> tuple[ChatMessage, ...]:
-        """The session's conversation as a step of a turn holding the claim at ``epoch`` sends it.
+    def kept_until(self, session_id: str, epoch: int) -> int:
+        """The ``ord`` of the last message kept for a step of a turn holding the claim at ``epoch``
+        (-1: none): a step reads the messages after it (``Reader.history_after``, in the transaction
+        that begins the step) and hands them to ``messages_after``."""
+        kept = self._sessions.get(session_id)
+        return kept.last_ord if kept is not None and _continues(kept, epoch) else -1
 
-        **Cancellation:** safe: what was kept is dropped, and the next step reads it in full.
+    def messages_after(
+        self,
+        session_id: str,
+        epoch: int,
+        after_ord: int,
+        stored: list[StoredMessage],
+        model_ids: Mapping[str, str | None],
+    ) -> tuple[ChatMessage, ...] | None:
+        """The session's conversation as a step of a turn holding the claim at ``epoch`` sends it,
+        given the messages stored after ``after_ord`` (``kept_until``) and their calls' model ids.
+
+        None when what is kept changed since ``kept_until`` (nothing else is changed then): read again.
         """
         kept = self._take(session_id, epoch)
-        stored, model_ids = await tail(kept.last_ord)
+        if kept.last_ord != after_ord:
+            self._keep(session_id, kept)
+            return None
         settled = 0
         while settled < len(stored) and stored[settled].turn_settled:
             settled += 1
@@ -125,6 +140,20 @@ class Conversations:
         rest = to_chat([s.message for s in stored[settled:]], model_ids)
         self._keep(session_id, kept)
         return (*kept.messages, *rest)
+
+    async def request_messages(
+        self, tail: HistoryTail, session_id: str, epoch: int
+    ) -> tuple[ChatMessage, ...]:
+        """As ``messages_after``, reading the messages after what is kept with ``tail``.
+
+        **Cancellation:** safe: nothing kept changes before the read returned.
+        """
+        while True:
+            after_ord = self.kept_until(session_id, epoch)
+            stored, model_ids = await tail(after_ord)
+            messages = self.messages_after(session_id, epoch, after_ord, stored, model_ids)
+            if messages is not None:
+                return messages
 
     def title(self, session_id: str) -> str | None:
         """The session's title if kept (beside its conversation), else None."""
@@ -152,7 +181,7 @@ class Conversations:
         kept = self._sessions.pop(session_id, None)
         if kept is not None:
             self._size -= kept.size
-            if epoch in (kept.epoch, kept.epoch + 1):
+            if _continues(kept, epoch):
                 kept.epoch = epoch
                 return kept
         return SettledConversation(epoch=epoch)
@@ -163,6 +192,11 @@ class Conversations:
         while self._size > self._budget:
             _, dropped = self._sessions.popitem(last=False)
             self._size -= dropped.size
+
+
+def _continues(kept: SettledConversation, epoch: int) -> bool:
+    """Whether a turn at ``epoch`` follows the one that used ``kept``, with no other owner between."""
+    return epoch in (kept.epoch, kept.epoch + 1)
 
 
 def estimated_bytes(messages: Sequence[ChatMessage]) -> int:

@@ -117,6 +117,22 @@ async def test_forget_drops_a_session(store: SqliteStore) -> None:
     assert (conversations.kept_messages("s"), conversations.size) == (0, 0)
 
 
+async def test_messages_read_after_what_was_kept_then_are_refused_once_it_changed(store: SqliteStore) -> None:
+    """A step reads the tail in its own transaction (``kept_until``), then hands it over: a tail read
+    after an ``ord`` no longer kept would leave messages out, so it is refused (None) and read again."""
+    async with store.transaction() as tx:
+        tx.insert_session("s", "t", "now")
+        add_turn(tx, "s", "t1", "settled")
+    conversations = Conversations()
+    after = conversations.kept_until("s", epoch=1)
+    stored, model_ids = await tail(store, "s")(after)
+    assert conversations.messages_after("s", 1, after, stored, model_ids) == rebuilt(store, "s")
+    assert conversations.kept_until("s", epoch=1) > after  # the settled turn is kept now
+    assert conversations.messages_after("s", 1, after, stored, model_ids) is None
+    assert conversations.kept_until("s", epoch=4) == -1  # another owner held the claim meanwhile
+    assert await conversations.request_messages(tail(store, "s"), "s", epoch=1) == rebuilt(store, "s")
+
+
 async def test_the_title_is_kept_beside_the_conversation_and_dropped_with_it(store: SqliteStore) -> None:
     async with store.transaction() as tx:
         tx.insert_session("s", "t", "now")
