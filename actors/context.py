@@ -198,8 +198,9 @@ class TurnScope:
     async def carry(self, body: Callable[[Transaction], object]) -> None:
         """A write nothing outside the process waits for, made by the turn's next transaction, first.
 
-        A step's success is carried so: the next step's start follows it at once, and a stop's intent
-        or settlement, if one comes first, writes it before anything of its own, so the events keep
+        A step's success is carried so (and the success of its last call), to the next step's start
+        that follows at once, and the model's answer, to the turn's settlement; a stop's intent or
+        settlement, if one comes first, writes it before anything of its own, so the events keep
         their order and the sweep finds the step settled. ``body`` must be idempotent: a carried body
         stays until a write that carried it returned, and PostgreSQL's may commit, then report
         ``Cancelled``, so the next write runs it again.

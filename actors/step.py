@@ -197,17 +197,20 @@ async def _conversation(turn: TurnScope, history: History) -> tuple[ChatMessage,
 
 
 async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:
-    """Store an answer without tool calls and the step's success in one commit: nothing is left to
-    run between them (one commit fewer a turn than recording and settling apart)."""
+    """Store an answer without tool calls with the step's success, carried (``TurnScope.carry``) to
+    the turn's settlement, which follows at once: nothing outside waits between them, and a stop
+    that comes first writes it first, so the answer is kept and the step stays succeeded."""
     succeeded = events.step_succeeded(
         turn.session_id, turn.turn_id, step_id, _message(reply, []), reply.usage
     )
 
     def answer(tx: Transaction) -> None:
-        _insert_assistant_message(tx, turn, reply)
-        _succeed(tx, step_id=step_id, succeeded=succeeded)
+        # Idempotent, as a carried body must be: once the step succeeded, writes nothing.
+        if tx.succeed_step(step_id):
+            _insert_assistant_message(tx, turn, reply)
+            tx.emit(succeeded)
 
-    await turn.write(answer)
+    await turn.carry(answer)
     _recorded(turn, step_id, text)
 
 
