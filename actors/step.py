@@ -30,7 +30,7 @@ from coordinator.events import Draft, Event
 from coordinator.ids import new_id
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
-from coordinator.records import StepMessage, StepToolCall
+from coordinator.records import Rule, StepMessage, StepToolCall
 from coordinator.store import Transaction
 from coordinator.store.rows import StoredMessage, ToolCallRow
 from coordinator.tracing import ActorSpan
@@ -58,8 +58,8 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
     def begin(tx: Transaction) -> tuple[int, Event, History]:
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
         started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
-        # What the model is sent, read here: a read of its own would cost a read transaction, and
-        # its connection's page cache is stale after every commit of the writer's.
+        # What the model is sent, read here: a read of its own would cost a read transaction of its
+        # own, as much again as the statements.
         return index, started, History(after_ord, *tx.history_after(turn.session_id, after_ord))
 
     index, started, history = await turn.write(begin)
@@ -77,8 +77,8 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
                     await _answer(turn, step_id, reply, text)
                     span.succeeded()
                     return False
-                calls = await _record_reply(turn, step_id, reply, text)
-                siblings = tool_call.Siblings(running=len(calls))
+                calls, rules = await _record_reply(turn, step_id, reply, text)
+                siblings = tool_call.Siblings(running=len(calls), rules=rules)
                 async with trio.open_nursery() as nursery:
                     for call in calls:
                         await nursery.start(
@@ -216,16 +216,18 @@ async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepTe
 
 async def _record_reply(
     turn: TurnScope, step_id: str, reply: ModelReply, text: StepText
-) -> list[ToolCallRow]:
-    """Store the assistant message with its tool calls, and publish each call's start, at once."""
+) -> tuple[list[ToolCallRow], list[Rule]]:
+    """Store the assistant message with its tool calls, and publish each call's start, at once.
+    Returns the calls, and the session's rules that decide whether each may run, read there."""
 
-    def record(tx: Transaction) -> list[ToolCallRow]:
+    def record(tx: Transaction) -> tuple[list[ToolCallRow], list[Rule]]:
         message_id = _insert_assistant_message(tx, turn, reply)
-        return [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+        calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
+        return calls, tx.session_rules(turn.session_id)
 
-    calls = await turn.write(record)
+    recorded = await turn.write(record)
     _recorded(turn, step_id, text)
-    return calls
+    return recorded
 
 
 def _succeed(tx: Transaction, *, step_id: str, succeeded: Draft) -> None:

@@ -28,7 +28,7 @@ from coordinator import permissions
 from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout
-from coordinator.records import Partial, PermissionRequest, ToolError
+from coordinator.records import Partial, PermissionRequest, Rule, ToolError
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Capabilities, Tool, ToolContext, capabilities_of
@@ -38,11 +38,16 @@ log = structlog.get_logger()
 
 @attrs.define
 class Siblings:
-    """The top-level calls of one step still running. The last of them to succeed has its success
-    carried (``TurnScope.carry``) to the step's next transaction: the next step's start follows it
-    at once, so nothing outside waits between them, and one commit a tool turn is saved."""
+    """The top-level calls of one step: how many still run, and the session's rules as the step's
+    transaction that recorded them read them (each call's permission is decided by them, with no
+    read of its own).
+
+    The last of them to succeed has its success carried (``TurnScope.carry``) to the step's next
+    transaction: the next step's start follows it at once, so nothing outside waits between them,
+    and one commit a tool turn is saved."""
 
     running: int
+    rules: list[Rule]
 
     @contextlib.contextmanager
     def one_running(self) -> Iterator[None]:
@@ -90,7 +95,9 @@ async def run(
             # Inside the try: an unexpected exception stops the turn with a typed Failure before the
             # cleanup below asks for the reason.
             with stops.failing_on_error(turn, f"tool call {call.call_id}"):
-                output = await _permit_and_run(turn, handle, running, call, context, restore, permitted)
+                output = await _permit_and_run(
+                    turn, handle, running, call, context, restore, permitted, siblings
+                )
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message)
             stopped_for = handle.effective_reason()
@@ -123,6 +130,7 @@ async def _permit_and_run(
     context: ToolContext,
     restore: PermissionRequest | None,
     permitted: bool,
+    siblings: Siblings | None,
 ) -> Any:
     tool = turn.runtime.tools.get(call.name)
     if tool is None:
@@ -130,18 +138,23 @@ async def _permit_and_run(
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
     # A resumed task call was let run before the restart (its sub-agent's turn started): no asking.
-    asked = False if permitted else await _check_permission(turn, handle, call, tool, restore)
+    asked = False if permitted else await _check_permission(turn, handle, call, tool, restore, siblings)
     return await _run_bounded(turn, running, tool, call, context, record_start=asked)
 
 
 async def _check_permission(
-    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, tool: Tool, restore: PermissionRequest | None
+    turn: TurnScope,
+    handle: ActorHandle,
+    call: ToolCallRow,
+    tool: Tool,
+    restore: PermissionRequest | None,
+    siblings: Siblings | None,
 ) -> bool:
     """Raise ``ToolFailure`` unless the call may run; return whether a person was asked."""
     resource = restore.resource if restore is not None else tool.resource(call.input)
     if restore is None:
         configured = turn.runtime.config.permission
-        session_rules = await turn.runtime.store.read(lambda reader: reader.session_rules(turn.session_id))
+        session_rules = await _session_rules(turn, siblings)
         verdict = permissions.evaluate(configured, session_rules, call.name, resource)
         if verdict.effect == "deny":
             raise ToolFailure(type="denied", message=f"denied by {verdict.describe()}")
@@ -158,6 +171,16 @@ async def _check_permission(
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
     return True
+
+
+async def _session_rules(turn: TurnScope, siblings: Siblings | None) -> list[Rule]:
+    """The session's rules: as the step's record read them, else (a nested or resumed call) read now."""
+    if siblings is None:
+        return await turn.runtime.store.read(lambda reader: reader.session_rules(turn.session_id))
+    # A scheduling point, as the read is: the chaos campaign's recorded runs replay by the order of
+    # checkpoints across sessions (design/chaos.md).
+    await trio.lowlevel.checkpoint()
+    return siblings.rules
 
 
 async def _run_bounded(
