@@ -219,7 +219,7 @@ async def test_the_commits_a_turn_makes_before_the_loop_is_idle_share_one_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sync is asked when the loop has nothing left to run, not at every commit: one tool turn's
-    eight commits share a few syncs, and still nothing is acknowledged before its sync (the prompt's
+    six commits share a few syncs, and still nothing is acknowledged before its sync (the prompt's
     answer, the tool's start: ``test_nothing_is_acknowledged_before_the_wal_is_synced``)."""
     gate = SyncGate(monkeypatch, "process")
     config, marker = marking_config(tmp_path)
@@ -233,8 +233,11 @@ async def test_the_commits_a_turn_makes_before_the_loop_is_idle_share_one_sync(
         syncs = gate.syncs - syncs_before
     assert recorder.types() == ["session.created", *TURN]
     assert marker.read_text() == "ran"
-    assert commits == 8
-    # One sync a commit would be eight. Here two to four are asked (two on average in the
+    # The prompt, the claim with the turn's start, the first step's start, its reply with the call's
+    # start, the next step's start (carrying the call's and the first step's success), the turn's
+    # settlement (carrying the answer).
+    assert commits == 6
+    # One sync a commit would be six. Here two to four are asked (two on average in the
     # benchmark's turns): how many idle moments fall between the commits depends on the timing.
     assert syncs <= 5, f"{syncs} syncs for {commits} commits"
 
