@@ -35,27 +35,18 @@ def history_after(
     sql: Connection, session_id: str, after_ord: int
 ) -> tuple[list[StoredMessage], dict[str, str | None]]:
     """The messages above ``after_ord``, each with its ord and whether its turn is settled, and the
-    model ids of their calls. Reads only those messages, their parts and their calls, so a step's
-    read does not grow with the session's settled turns (``coordinator/models/history.py``)."""
-    calls = {
-        c.call_id: c
-        for c in (
-            TOOL_CALL_ROW.load(row)
-            for row in sql.all(
-                f"SELECT {_CALL_COLUMNS_OF_C} FROM messages m JOIN parts p ON p.message_id = m.id "
-                "JOIN tool_calls c ON c.session_id = m.session_id AND c.call_id = p.call_id "
-                "WHERE m.session_id = ? AND m.ord > ? AND p.kind = 'tool'",
-                (session_id, after_ord),
-            )
-        )
-    }
+    model ids of their calls. Reads only those messages, their parts and their calls, in one
+    statement, so a step's read does not grow with the session's settled turns
+    (``coordinator/models/history.py``)."""
     rows = sql.all(
         "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status, "
-        "m.ord, t.status = 'settled' "
+        f"m.ord, t.status = 'settled', {_CALL_COLUMNS_OF_C} "
         "FROM messages m JOIN turns t ON t.id = m.turn_id LEFT JOIN parts p ON p.message_id = m.id "
+        "LEFT JOIN tool_calls c ON p.kind = 'tool' AND c.session_id = m.session_id AND c.call_id = p.call_id "
         "WHERE m.session_id = ? AND m.ord > ? ORDER BY m.ord, p.ord",
         (session_id, after_ord),
     )
+    calls = {row[6]: TOOL_CALL_ROW.load(row[10:]) for row in rows if row[4] == "tool"}
     stored = [
         StoredMessage(ord=extra[0], turn_settled=bool(extra[1]), message=message)
         for message, extra in _messages(session_id, rows, calls)
