@@ -320,10 +320,12 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
     try:
         settled = await scope.write(functools.partial(settle, deferred=deferred))
     except StoreError as exc:
-        if not deferred:
+        if not deferred and not scope.carried:
             raise
         # As when a child's own commit failed: the sweep settles what the cleanups had left, from
-        # the store, with the stop's reason, children first.
+        # the store, with the stop's reason, children first. What the turn carried (the model's
+        # answer, a step's success: ``TurnScope.carry``) is written again with it, first: a
+        # failed commit wrote nothing, and the answer's streamed text must not be lost with it.
         log.warning("turn_settlement_written_again", error=str(exc))
         settled = await scope.write(functools.partial(settle, deferred=[]))
     if settled is None:

@@ -182,6 +182,11 @@ FOUND = {
         9472,
         "6:tool.start:crash,8:turn.start:store_failure/error,12:model.chunk:crash",
     ),
+    "run 2128 an answer carried to a turn settlement whose commit failed": (
+        0,
+        2128,
+        "12:model.chunk:store_failure/full",
+    ),
 }
 
 
