@@ -6,6 +6,7 @@ answers text. The model is the scripted one (no delays), the store a real SQLite
 
 from __future__ import annotations
 
+import gc
 import time
 import types
 from collections.abc import AsyncIterator
@@ -29,6 +30,7 @@ from bench.harness import (
     tool_then_text_script,
 )
 from coordinator import Coordinator, open_coordinator
+from coordinator.cli import tune_gc_for_serving
 from coordinator.models.scripted import ScriptedModel
 
 
@@ -127,7 +129,28 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
         figures[f"turn_cpu_ms_sync_process{suffix}"] = median(helper_cpu) * 1000
         figures[f"turn_ms_p50{suffix}"] = median(latencies) * 1000
         figures[f"turn_ms_p99{suffix}"] = p99(latencies) * 1000
+    figures["turn_cpu_ms_serving_gc"] = await _cpu_with_serving_gc(workdir, sizes, per_session)
     return figures
+
+
+async def _cpu_with_serving_gc(workdir: Path, sizes: Sizes, per_session: int) -> float:
+    """``turn_cpu_ms``'s workload with the collector tuned as ``coordinator serve`` tunes it."""
+    thresholds = gc.get_threshold()
+    cpu = []
+    try:
+        async with watched_coordinator(
+            workdir, "turns-serving-gc.sqlite", "full", tool_then_text_script(per_session)
+        ) as (coordinator, watcher):
+            tune_gc_for_serving()
+            warm_up = await coordinator.create_session("warm-up")
+            for _ in range(sizes.turns_per_session):
+                await run_turn(coordinator, watcher, warm_up.id)
+            for _ in range(sizes.repeats):
+                cpu.append((await sequential(coordinator, watcher, sizes))[1])
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+    return median(cpu) * 1000
 
 
 async def measure_checkpoint_overhead(workdir: Path, sizes: Sizes, turns_per_s: float) -> dict[str, float]:

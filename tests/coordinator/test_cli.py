@@ -290,3 +290,24 @@ def test_a_store_that_cannot_be_read_is_one_line_at_start(tmp_path: Path, damage
     line = result.stderr.strip()
     assert line.startswith(f"coordinator: error: {db}: ")
     assert ("CorruptError" if damage != "not a database" else "NotADBError") in line
+
+
+def test_serving_tunes_the_collector_of_its_own_process_only() -> None:
+    """``coordinator serve`` freezes what start-up built and collects the youngest generation less
+    often; the embedding API (``open_coordinator``) never touches its host's collector."""
+    import gc
+
+    from coordinator.cli import SERVING_GC_THRESHOLDS, tune_gc_for_serving
+
+    before = gc.get_threshold()
+    try:
+        tune_gc_for_serving()
+        assert gc.get_threshold() == SERVING_GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    source = (REPO / "coordinator" / "_open.py").read_text() + (
+        REPO / "coordinator" / "_coordinator.py"
+    ).read_text()
+    assert "gc." not in source
