@@ -264,10 +264,29 @@ def _connect(path: str, synchronous: str) -> apsw.Connection:
     db.set_busy_handler(BusyWait(BUSY_TIMEOUT_MS))
     # First: SQLite takes it only on an empty file, before anything (WAL mode included) is written.
     db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-    db.execute("PRAGMA journal_mode=WAL")
+    _enter_wal(db)
     db.execute(f"PRAGMA synchronous={synchronous.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
     return db
+
+
+def _enter_wal(db: apsw.Connection) -> None:
+    """Switch the file to WAL mode (nothing to do if it is already).
+
+    On a new file another connection may be switching it at the same moment, and SQLite answers
+    that switch busy without calling the busy handler: it is tried again here, on the busy handler's
+    own schedule and bound (two processes opening one new file, ``tests/coordinator/store/test_busy.py``).
+    """
+    wait = BusyWait(BUSY_TIMEOUT_MS)
+    tries = 0
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except apsw.BusyError:
+            if not wait(tries):
+                raise
+            tries += 1
 
 
 def _check_integrity(db: apsw.Connection) -> None:

@@ -86,12 +86,14 @@ def _open_at_once(path: Path, start: threading.Barrier, failures: list[BaseExcep
 
 
 def test_two_connections_opening_one_new_file_at_once_both_open_it_migrated(tmp_path: Path) -> None:
-    """Both read the schema version of an empty file; the second waits for the first's migration.
+    """Both switch an empty file to WAL mode and read its schema version; the second waits for the
+    first's switch and migration (SQLite answers a racing switch busy without calling the busy
+    handler: one round in 20 to 50 failed so before ``_enter_wal``, hence 100 rounds).
 
     Connections of one process share nothing in WAL mode beyond what two processes share, so two
     threads race here as two coordinators would (apsw lets go of the GIL inside SQLite).
     """
-    for round_number in range(20):
+    for round_number in range(100):
         path = tmp_path / f"new-{round_number}.sqlite"
         start = threading.Barrier(2)
         failures: list[BaseException] = []
