@@ -148,7 +148,7 @@ async def _begin(
     if turn.status != "queued" and takeover is None:
         log.info("turn_left_to_its_owner", turn_id=turn.id, status=turn.status)
         return None
-    begun = await runtime.store.write(functools.partial(_claim, runtime.instance_id, turn.id, takeover))
+    begun = await runtime.store.write(functools.partial(_claim, runtime.instance_id, turn, takeover))
     if begun is None:
         return None
     turn, epoch = begun
@@ -160,10 +160,17 @@ async def _begin(
 
 
 def _claim(
-    instance_id: str, turn_id: str, takeover: Takeover | None, tx: Transaction
+    instance_id: str, read: TurnRow, takeover: Takeover | None, tx: Transaction
 ) -> tuple[TurnRow, int] | None:
     """The claim's transaction: the turn as it reads now, and the claim's new epoch; None when the
-    turn moved on, is parked, or its claim is held elsewhere."""
+    turn moved on, is parked, or its claim is held elsewhere.
+
+    The turn is read under the session's lock: on PostgreSQL a read sees what was committed when it
+    ran, so a turn read before the lock could be settled by the owner's commit the lock waited for
+    (a frozen owner thawing), and then claimed and run a second time.
+    """
+    turn_id = read.id
+    tx.hold_session(read.session_id)
     current = tx.get_turn(turn_id)
     if current is None or current.status not in _STARTABLE[takeover is not None]:
         log.info("turn_moved_on", turn_id=turn_id, status=None if current is None else current.status)

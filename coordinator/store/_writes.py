@@ -212,6 +212,9 @@ class SqlTransaction(SqlReader, api.Transaction):
         )
 
     # claims and instances -------------------------------------------------------------------
+    def hold_session(self, session_id: str) -> None:
+        self.sql.serialize(session_id)
+
     def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
         self.sql.serialize(session_id)
         self._run(

@@ -261,9 +261,17 @@ class Transaction(Reader, Protocol):
     def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None: ...
 
     # claims and instances
+    def hold_session(self, session_id: str) -> None:
+        """Wait for, then hold to this transaction's end, the session's write lock, which every
+        fenced write of the session takes first: what this transaction reads of the session after it
+        cannot change before its commit. Call it before the reads a claim is decided on. (SQLite
+        holds one lock for every write, so there it is held already.)"""
+        ...
+
     def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
         """Compare-and-set: take the claim if released, or (``takeover_from``) held by that owner.
-        Returns the new epoch, or 0 when another owner holds the claim."""
+        Returns the new epoch, or 0 when another owner holds the claim. Holds the session's lock
+        (``hold_session``) from here on."""
         ...
 
     def set_claim_state(self, session_id: str, state: str) -> None:
