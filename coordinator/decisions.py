@@ -4,6 +4,11 @@ A decision that stops a turn (an interrupt, a ``reject``, a dismissal) is commit
 transaction as the turn's stop intent, before any task is cancelled; a crash in between still ends
 the turn as the decision said. Only after the commit is the running turn (if it runs in this process)
 cancelled with the typed reason.
+
+Each decision's transaction holds its session's lock (``Transaction.hold_session``) before it reads:
+on PostgreSQL it then runs wholly before or wholly after each of the owner's fenced transactions, as
+every write does on SQLite. A reply can then never land between the owner's read of a restored wait
+and that wait's ``permission.asked`` again, which would show the person an answered dialog as open.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
     turn_id = new_id("turn")
 
     def queue(tx: Transaction) -> None:
+        tx.hold_session(session_id)
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
         # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
         _existing(tx, session_id)
@@ -81,6 +87,7 @@ async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
     """
 
     def delete(tx: Transaction) -> tuple[list[str], int]:
+        tx.hold_session(session_id)
         _existing(tx, session_id)
         sessions = [session_id, *tx.descendants(session_id)]
         for each in sessions:
@@ -121,6 +128,7 @@ async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
     reason = Interrupt.by_person(by)  # type: ignore[arg-type]
 
     def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None]:
+        tx.hold_session(session_id)
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
         turn = tx.interruptible_turn(session_id)
         if turn is None:
@@ -148,6 +156,7 @@ async def reply_permission(
 
     def reply(tx: Transaction) -> tuple[PermissionRequest, str, list[PermissionRequest], StopReason | None]:
         _refuse_if_closing(runtime)
+        tx.hold_session(session_id)
         request = _pending_request(tx, session_id, request_id)
         turn_id = _wait_turn(tx, request_id)
         if (stopping := _stop_of(tx, turn_id)) is not None:
@@ -199,6 +208,7 @@ async def resume(runtime: Runtime, session_id: str) -> TurnRow:
 
     def release(tx: Transaction) -> TurnRow:
         _refuse_if_closing(runtime)
+        tx.hold_session(session_id)
         turn = tx.parked_turn(session_id)
         if turn is None or not tx.release_parked(turn.id):
             raise errors.NothingToResume(
@@ -259,6 +269,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
 
     def submit(tx: Transaction) -> Form:
         _refuse_if_closing(runtime)
+        tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         _refuse_if_form_stopping(tx, form_id)
         _validate_answers(form, answers)
@@ -278,6 +289,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
 
     def dismiss(tx: Transaction) -> tuple[Form, str, StopReason | None]:
         _refuse_if_closing(runtime)
+        tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _refuse_if_form_stopping(tx, form_id)
         if not tx.settle_form(form_id, "cancelled", message=message or None):

@@ -220,6 +220,7 @@ def _takeover_of(
 def _park_in(tx: Transaction, turn: TurnRow, takeover: Takeover) -> bool:
     """The parking transaction: True when the turn was parked (its claim suspended if it crashed,
     and the process groups its running calls left killed, since no one watches them now)."""
+    tx.hold_session(turn.session_id)  # what it reads, no fenced write changes before its commit
     current = tx.get_turn(turn.id)
     if current is None or current.status not in ("running", "suspended"):
         return False
