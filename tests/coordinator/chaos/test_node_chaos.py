@@ -4,6 +4,7 @@ the checks of invariant 9 that only such rounds can make, fed what a bug would l
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import attrs
@@ -38,10 +39,20 @@ def test_three_nodes_killed_stopped_and_frozen_keep_every_invariant(tmp_path: Pa
     starts twice, nothing is committed under a lost claim, every node serves the store's sequence."""
     fixed = _round(tmp_path, 0, faults=EVERY_KIND)
     assert [kind for kind, _ in fixed.applied] == ["SIGSTOP", "SIGKILL", "SIGTERM"]
-    assert fixed.violations == (), fixed.violations
+    assert fixed.violations == (), _evidence(tmp_path, fixed)
     assert fixed.counts["takeovers"] >= 1 and fixed.counts["counted_starts"] >= 1
     drawn = _round(tmp_path, 1)
-    assert drawn.violations == (), drawn.violations
+    assert drawn.violations == (), _evidence(tmp_path, drawn)
+
+
+def _evidence(tmp_path: Path, result: NodeRoundResult) -> str:
+    """The violations, then the events (``events.txt``) of each session they name or whose ids they
+    name: what a failure in CI leaves to read once its folder is gone."""
+    lines = (tmp_path / f"nodes-round-{result.number}" / "events.txt").read_text().splitlines()
+    named = set(re.findall(r"\b[a-z]+_[0-9a-f]{24}\b", " ".join(result.violations)))
+    sessions = {line.split()[4] for line in lines if named & set(re.findall(r"[a-z]+_[0-9a-f]{24}", line))}
+    shown = [line for line in lines if line.split()[4] in sessions]
+    return "\n".join([*result.violations, *shown])
 
 
 @pytest.mark.slow

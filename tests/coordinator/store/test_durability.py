@@ -302,14 +302,19 @@ async def test_the_wal_is_checkpointed_off_the_trio_thread_and_stays_bounded(
     config, marker = marking_config(tmp_path)
     script = mark_then_text(marker)  # each session runs it from its start
     async with running(config, script, synchronous="full") as (coord, recorder):
-        for turn in range(12):
+        for turn in range(24):
             session = await coord.create_session()
             await coord.prompt(session.id, "go")
             await recorder.wait_for("session.idle", turn + 1)
-        wal_bytes = (tmp_path / "db.sqlite-wal").stat().st_size
+        wal = (tmp_path / "db.sqlite-wal").read_bytes()
     assert checkpoints and set(checkpoints) == {"store-sync"}
-    # Without checkpoints the log would hold every page of the 12 turns (about 1,500 of 4 KiB).
-    assert wal_bytes < 1_500_000, wal_bytes
+    # The WAL header counts the times SQLite started the log again from its start, which it does only
+    # once a checkpoint copied all of it: without checkpoints it stays 0 and the log holds every page
+    # of the 24 turns (about 6.8 MB). The file keeps its largest size, so a checkpoint that lagged
+    # behind a busy machine's commits once shows in its size, never in the count.
+    restarts = int.from_bytes(wal[12:16], "big")
+    assert restarts >= 5, restarts
+    assert len(wal) < 3_000_000, len(wal)
 
 
 async def test_under_a_virtual_clock_the_syncs_run_inline(
