@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import trio
 
 from coordinator.store import open_store
 
@@ -145,3 +146,14 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 __all__ = ["BACKENDS", "PostgresDatabase", "backend", "db_for", "postgres_database", "require_postgres"]
+
+
+async def until_a_transaction_waits_for_a_lock(url: str) -> None:
+    """Until a transaction on the database of ``url`` waits for an advisory lock (a session's lock,
+    ``Transaction.hold_session``), as the server itself reports it."""
+    with psycopg.connect(url, autocommit=True) as watcher:
+        while not watcher.execute(  # noqa: ASYNC110 (a wait inside the server)
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+        ).fetchall():
+            await trio.sleep(0.01)

@@ -12,7 +12,7 @@ import trio
 
 from actors import session
 from actors.session import Takeover
-from tests.backends import PostgresDatabase, postgres_database
+from tests.backends import PostgresDatabase, postgres_database, until_a_transaction_waits_for_a_lock
 from tests.conftest import make_config, running
 from tests.scenarios.test_stop_matrix import DONE
 
@@ -87,7 +87,7 @@ async def test_a_takeover_waiting_on_the_owners_settlement_reads_the_turn_it_set
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(take_over)
-                    await _until_a_transaction_waits_for_the_lock(postgres_database.url)
+                    await until_a_transaction_waits_for_a_lock(postgres_database.url)
                     owner.commit()  # the owner thaws
         assert begun == [None]
         after = await coord.store.read(lambda reader: reader.get_turn(turn_id))
@@ -95,12 +95,3 @@ async def test_a_takeover_waiting_on_the_owners_settlement_reads_the_turn_it_set
         claim = await coord.store.read(lambda reader: reader.get_claim(created.id))
         assert claim is not None and claim.state == "released" and claim.epoch == 1
         assert len(events.of("session.turn.started")) == 1
-
-
-async def _until_a_transaction_waits_for_the_lock(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as watcher:
-        while not watcher.execute(  # noqa: ASYNC110 (a wait inside the server)
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-        ).fetchall():
-            await trio.sleep(0.01)

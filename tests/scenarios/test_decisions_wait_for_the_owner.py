@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from coordinator import Coordinator
-from tests.backends import db_for
+from tests.backends import db_for, until_a_transaction_waits_for_a_lock
 from tests.conftest import ASK_SHELL, Recorder, make_config, running
 from tests.scenarios.test_question_forms import ASK
 from tests.scenarios.test_stop_matrix import DONE
@@ -69,18 +69,9 @@ async def test_a_decision_waits_for_the_owners_transaction_in_flight(
             owner.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (session.id,))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(decision)
-                await _until_a_transaction_waits_for_the_lock(db_for(tmp_path))
+                await until_a_transaction_waits_for_a_lock(db_for(tmp_path))
                 assert decisions == []  # it waits for the owner's commit
                 owner.commit()
             assert len(decisions) == 1
             await recorder.wait_for(decided)
             await recorder.wait_for("session.idle")
-
-
-async def _until_a_transaction_waits_for_the_lock(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as watcher:
-        while not watcher.execute(  # noqa: ASYNC110 (a wait inside the server)
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-        ).fetchall():
-            await trio.sleep(0.01)
