@@ -187,6 +187,11 @@ FOUND = {
         2128,
         "12:model.chunk:store_failure/full",
     ),
+    "run 1884 a step whose success was carried, then failed by the shutdown that stopped it": (
+        11,
+        1884,
+        "33:model.chunk:shutdown",
+    ),
 }
 
 
