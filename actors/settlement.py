@@ -122,9 +122,15 @@ def settle_call(
     Returns False when the call was settled already.
     """
     leftover = stopped_for or Failure.left_over(call.call_id)
-    settle_sub_agent_turn(tx, call, stopped_for, tools=tools)
-    children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
-    fail_calls(tx, [c for c in children if c.status == "running"], leftover, tools=tools)
+    # Only a task call has a sub-agent's turn, only an execute call nested calls: a plain call's
+    # settlement skips the reads for them. A call of a tool configured away since (``None``) may have
+    # either, so both are read for it.
+    tool = tools.get(call.name)
+    if tool is None or tool.capabilities.runs_sub_agent:
+        settle_sub_agent_turn(tx, call, stopped_for, tools=tools)
+    if tool is None or tool.capabilities.runs_nested_calls:
+        children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
+        fail_calls(tx, [c for c in children if c.status == "running"], leftover, tools=tools)
     revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
     if not tx.settle_tool_call(call.session_id, call.call_id, output=output, error=error, partial=partial):
         return False
