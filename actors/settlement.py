@@ -264,7 +264,12 @@ def fail_step(
     ``partial_text`` is what the model had streamed when the stop cut it short: it is kept in the
     history as an assistant text part with the stop's status, and reported on ``session.step.failed``,
     so the next request of the session sends it as the assistant's content (contract section 9).
+
+    A step settles once: one settled already is left as it is (a step that had carried its success,
+    ``TurnScope.carry``, when a stop reached it: the carried body is written first).
     """
+    if step_id not in tx.running_steps(turn_id):
+        return
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
     kept = keep or _kept_for(tx, reason)
     fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)

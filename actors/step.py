@@ -290,10 +290,6 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     unrecorded, tools = text.unrecorded(), turn.runtime.tools
 
     def fail(tx: Transaction) -> None:
-        if step_id not in tx.running_steps(turn.turn_id):
-            # Its success was carried (``TurnScope.carry``) before the stop reached it: the carried
-            # body, written first, settled it already, and a step settles once.
-            return
         settled_as = stops.settle_reason(tx, turn.turn_id, reason) or reason
         settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, settled_as, unrecorded, tools=tools)
 
