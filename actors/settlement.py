@@ -268,8 +268,22 @@ def fail_step(
     A step settles once: one settled already is left as it is (a step that had carried its success,
     ``TurnScope.carry``, when a stop reached it: the carried body is written first).
     """
-    if step_id not in tx.running_steps(turn_id):
-        return
+    if step_id in tx.running_steps(turn_id):
+        _fail_running_step(tx, session_id, turn_id, step_id, reason, partial_text, keep=keep, tools=tools)
+
+
+def _fail_running_step(
+    tx: Transaction,
+    session_id: str,
+    turn_id: str,
+    step_id: str,
+    reason: StopReason,
+    partial_text: str,
+    *,
+    keep: Keep | None,
+    tools: Mapping[str, Tool],
+) -> None:
+    """``fail_step`` of a step known to be running."""
     calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
     kept = keep or _kept_for(tx, reason)
     fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)
@@ -329,7 +343,7 @@ def sweep(
     for step_id in tx.running_steps(turn_id):
         # From this process's memory, else what a dead one saved (a stop settled at the next start).
         text = (partial_texts or {}).get(step_id) or tx.streamed_text(step_id)
-        fail_step(tx, session_id, turn_id, step_id, reason, text, keep=kept, tools=tools)
+        _fail_running_step(tx, session_id, turn_id, step_id, reason, text, keep=kept, tools=tools)
 
 
 @attrs.frozen
