@@ -113,7 +113,7 @@ def _refuse_if_busy(tx: Transaction, session_id: str, deleting: str) -> None:
 
 
 def _existing(tx: Transaction, session_id: str) -> None:
-    if tx.get_session(session_id) is None:
+    if not tx.session_exists(session_id):
         raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
 
 

@@ -34,14 +34,19 @@ class SqlTransaction(SqlReader, api.Transaction):
         self, table: str, values: Mapping[str, Any], numbered_by: str | None, key: Any, scope: str
     ) -> None:
         """Insert a row whose ``ord`` is the next among the rows of ``table`` with the same
-        ``numbered_by`` column (None: the whole table), in one statement. ``scope`` names what the
-        numbering is per (a session id, or the table): concurrent writers of one scope serialize."""
+        ``numbered_by`` column (None: the whole table). ``scope`` names what the numbering is per (a
+        session id, or the table): concurrent writers of one scope serialize, so the read of the last
+        ord and the insert are one step for them.
+
+        Two statements rather than one with a subquery: an ``INSERT`` whose value is a subquery on
+        its own table cost SQLite about four times a plain insert on a turn's path (measured: 37 µs
+        against 8 µs for a message), more than the separate read of the index's last entry."""
         self.sql.serialize(scope)
         where, args = ("", ()) if numbered_by is None else (f" WHERE {numbered_by} = ?", (key,))
+        last = self._one(f"SELECT ord FROM {table}{where} ORDER BY ord DESC LIMIT 1", args)
         self._run(
-            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * len(values))}, "
-            f"(SELECT COALESCE(MAX(ord), -1) + 1 FROM {table}{where}))",
-            (*values.values(), *args),
+            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * (len(values) + 1))})",
+            (*values.values(), 0 if last is None else last[0] + 1),
         )
 
     def emit(self, draft: Draft) -> Event:

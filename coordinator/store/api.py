@@ -33,6 +33,10 @@ class Reader(Protocol):
 
     # sessions
     def get_session(self, session_id: str) -> Session | None: ...
+    def session_exists(self, session_id: str) -> bool:
+        """Whether the session exists: ``get_session``'s answer without its owner and claim."""
+        ...
+
     def list_sessions(self) -> list[Session]: ...
     def session_page(self, limit: int, before: str | None) -> list[Session] | None:
         """At most ``limit`` sessions, newest first, older than ``before``; None if ``before`` is unknown."""
