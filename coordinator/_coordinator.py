@@ -69,6 +69,11 @@ class Coordinator:
             raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
         return found
 
+    async def _check_session(self, session_id: str) -> None:
+        """``_session``'s check alone: a read by key, not of the session with its owner and claim."""
+        if not await self._runtime.store.read(lambda reader: reader.session_exists(session_id)):
+            raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
+
     async def _durable(self) -> None:
         # Every answer of this API shows or confirms committed state: it waits until that state is
         # durable (with synchronous=full, until it would survive a power loss). See store/_durability.py.
@@ -115,7 +120,7 @@ class Coordinator:
     async def history(self, session_id: str) -> list[Message]:
         """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
         await self._durable()
-        await self._session(session_id)
+        await self._check_session(session_id)
         return await self._runtime.store.read(lambda reader: reader.history(session_id))
 
     async def prompt(self, session_id: str, text: str) -> str:
@@ -157,7 +162,7 @@ class Coordinator:
 
         **Raises:** ``SessionNotFound``.
         """
-        await self._session(session_id)
+        await self._check_session(session_id)
         stopped = await decisions.interrupt(self._runtime, session_id, by)
         if stopped:
             await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
@@ -175,7 +180,7 @@ class Coordinator:
         is idle or running, or was resumed already); ``CoordinatorClosed`` during a shutdown.
         """
         self._check_open()
-        await self._session(session_id)
+        await self._check_session(session_id)
         turn_id = await self._registry.resume(session_id)
         await self._durable()
         return turn_id
@@ -185,7 +190,7 @@ class Coordinator:
         await self._durable()
         if session_id is None:
             return await self._runtime.store.read(lambda reader: reader.pending_permissions())
-        await self._session(session_id)
+        await self._check_session(session_id)
         return await self._runtime.store.read(
             lambda reader: reader.pending_permissions(
                 session_ids=[session_id, *reader.descendants(session_id)]
@@ -202,7 +207,7 @@ class Coordinator:
         is kept and restored with its id by the next start, where the reply is taken).
         """
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        await self._session(session_id)
+        await self._check_session(session_id)
         replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
         if decision == "reject" and not message:
             await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
@@ -211,7 +216,7 @@ class Coordinator:
 
     async def pending_forms(self, session_id: str) -> list[Form]:
         await self._durable()
-        await self._session(session_id)
+        await self._check_session(session_id)
         return await self._runtime.store.read(
             lambda reader: reader.pending_forms(session_ids=[session_id, *reader.descendants(session_id)])
         )
@@ -219,7 +224,7 @@ class Coordinator:
     async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        await self._session(session_id)
+        await self._check_session(session_id)
         form = await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
         await self._durable()
         return form
@@ -227,7 +232,7 @@ class Coordinator:
     async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
         """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
-        await self._session(session_id)
+        await self._check_session(session_id)
         form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
         if not message:
             await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it

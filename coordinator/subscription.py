@@ -77,7 +77,7 @@ def _read_page(
     stored_filter: str | None,
     upto: int,
 ) -> _Page:
-    if session_id is not None and reader.get_session(session_id) is None:
+    if session_id is not None and not reader.session_exists(session_id):
         return _Page(session_gone=True, horizon=horizon_seen, truncated=None, events=[])
     horizon = reader.event_horizon()
     truncated = truncation(reader, last) if horizon > horizon_seen else None
@@ -210,7 +210,7 @@ class Subscription:
 
         def look(reader: Reader) -> tuple[bool, list[str] | None]:
             family = reader.descendants(session_id) if self._descendants else None
-            return reader.get_session(session_id) is not None, family
+            return reader.session_exists(session_id), family
 
         exists, family = await self._hub.store.read(look)
         if self._must_exist and not exists:

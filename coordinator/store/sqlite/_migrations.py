@@ -218,4 +218,16 @@ def _v7(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE instances ADD COLUMN node_id TEXT")
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(db: apsw.Connection) -> None:
+    # A stop reads its turn's pending waits: without these, each such read scanned every request
+    # and form ever made (PostgreSQL's schema has had them, by turn and status). With ``ord`` last,
+    # the read's ``ORDER BY ord`` is the index's own order, not a sort.
+    db.execute(
+        """
+        CREATE INDEX permission_by_turn ON permission_requests(turn_id, status, ord);
+        CREATE INDEX forms_by_turn ON forms(turn_id, status, ord);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
