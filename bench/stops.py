@@ -9,8 +9,12 @@ or ``reply_permission(..., "reject")``) to that ``session.idle`` at a subscriber
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -34,8 +38,9 @@ STOP_SCRIPT = [
 _OUTCOMES = {"interrupt": "interrupted", "decline": "declined"}
 
 
-async def _one_stop(coordinator: Coordinator, watcher: TurnWatcher, kind: str) -> tuple[float, float]:
-    """Block a fresh turn on its permission, stop it; returns (acknowledged, idle) latencies in s."""
+async def _one_stop(coordinator: Coordinator, watcher: TurnWatcher, kind: str) -> tuple[float, float, float]:
+    """Block a fresh turn on its permission, stop it; returns (acknowledged, idle) latencies in s, and
+    when the stop began (``perf_counter``)."""
     session = await coordinator.create_session("stop")
     turn_id = await coordinator.prompt(session.id, "go")
     asked = await watcher.wait_asked(session.id)
@@ -51,11 +56,12 @@ async def _one_stop(coordinator: Coordinator, watcher: TurnWatcher, kind: str) -
     finished = time.perf_counter()
     if idle.payload["outcome"] != _OUTCOMES[kind]:
         raise RuntimeError(f"a benchmark {kind} ended {idle.payload['outcome']}")
-    return acknowledged - started, finished - started
+    return acknowledged - started, finished - started, started
 
 
 async def measure_stops(workdir: Path, sizes: Sizes) -> dict[str, float]:
-    """``interrupt_p99_ms`` and ``decline_p99_ms`` (and medians, acknowledgements), in both modes."""
+    """``interrupt_p99_ms`` and ``decline_p99_ms`` (and medians, acknowledgements), in both modes; and
+    what a stop's tail is made of in FULL (``_tail_evidence``)."""
     figures: dict[str, float] = {}
     for mode in MODES:
         suffix = "" if mode == "full" else "_normal"
@@ -63,14 +69,56 @@ async def measure_stops(workdir: Path, sizes: Sizes) -> dict[str, float]:
         model = ScriptedModel.from_json(STOP_SCRIPT)
         async with open_coordinator(config, model=model, synchronous=mode) as coordinator:
             watcher = TurnWatcher(coordinator, after=coordinator.store.read.last_seq())
+            syncs: list[float] = []
+            coordinator.store.observe(commit=lambda seconds: None, sync=syncs.append)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watcher.run)
-                for kind in ("interrupt", "decline"):
-                    await _one_stop(coordinator, watcher, kind)  # warm up
-                    samples = [await _one_stop(coordinator, watcher, kind) for _ in range(sizes.stops)]
-                    idle = [s[1] * 1000 for s in samples]
-                    figures[f"{kind}_p99_ms{suffix}"] = p99(idle)
-                    figures[f"{kind}_p50_ms{suffix}"] = median(idle)
-                    figures[f"{kind}_ack_p99_ms{suffix}"] = p99([s[0] * 1000 for s in samples])
+                windows: list[tuple[float, float]] = []
+                with _full_collections() as collections:
+                    for kind in ("interrupt", "decline"):
+                        await _one_stop(coordinator, watcher, kind)  # warm up
+                        syncs.clear()
+                        samples = [await _one_stop(coordinator, watcher, kind) for _ in range(sizes.stops)]
+                        idle = [s[1] * 1000 for s in samples]
+                        windows += [(s[2], s[2] + s[1]) for s in samples]
+                        figures[f"{kind}_p99_ms{suffix}"] = p99(idle)
+                        figures[f"{kind}_p50_ms{suffix}"] = median(idle)
+                        figures[f"{kind}_ack_p99_ms{suffix}"] = p99([s[0] * 1000 for s in samples])
+                        if mode == "full" and syncs:
+                            figures[f"{kind}_sync_p50_ms"] = median(syncs) * 1000
+                            figures[f"{kind}_sync_p99_ms"] = p99(syncs) * 1000
+                if mode == "full":
+                    figures |= _tail_evidence(windows, collections)
                 await coordinator.shutdown()
     return figures
+
+
+@contextmanager
+def _full_collections() -> Iterator[list[tuple[float, float]]]:
+    """The (start, end) of each collection of the oldest generation meanwhile (``perf_counter``)."""
+    spans: list[tuple[float, float]] = []
+    started = [0.0]
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                spans.append((started[0], time.perf_counter()))
+
+    gc.callbacks.append(note)
+    try:
+        yield spans
+    finally:
+        gc.callbacks.remove(note)
+
+
+def _tail_evidence(
+    windows: list[tuple[float, float]], collections: list[tuple[float, float]]
+) -> dict[str, float]:
+    """How many stops (interrupts and declines, FULL) a full collection of the heap ran inside, and
+    the longest such collection: with ``*_sync_p99_ms`` (a WAL sync's round trip, from asking the
+    sync process to its answer, during those stops), what a stop's p99 is made of beside its own work."""
+    hit = sum(1 for start, end in windows if any(a < end and b > start for a, b in collections))
+    longest = max((b - a for a, b in collections), default=0.0)
+    return {"stops_with_full_gc": hit, "full_gc_ms_max": longest * 1000}
