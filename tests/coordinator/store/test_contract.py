@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from coordinator import errors
 from coordinator.events import Draft
-from coordinator.reasons import Declined, Interrupt
+from coordinator.reasons import Declined, Interrupt, ParentLink
 from coordinator.records import PermissionRequest
 from coordinator.store import Store, Transaction, open_read_view, open_store
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
@@ -180,6 +180,31 @@ async def test_a_step_succeeds_once_and_never_over_a_failure(store: Store) -> No
 
     assert await store.write(steps) == (True, False, False)
     assert await store.read(lambda r: r.running_steps("t1")) == []
+
+
+async def test_rows_are_numbered_in_the_order_written_and_next_turn_takes_the_unfinished_one_first(
+    store: Store,
+) -> None:
+    """A numbered row's ``ord`` is one more than its scope's last; ``next_turn`` returns the session's
+    unfinished turn before any queued one, then the queued ones in the order they were queued, and
+    never a turn a task call runs (that call runs it)."""
+
+    def queue(tx: Transaction) -> list[str | None]:
+        tx.insert_session("s1", "t", "now")
+        for turn_id in ("t1", "t2", "t3"):
+            tx.insert_turn(turn_id, "s1", "go", "now")
+        tx.insert_turn("t0", "s1", "go", "now", task=ParentLink(session_id="p", call_id="c"))
+        order = [tx.next_turn("s1")]
+        tx.set_turn_status("t3", "running")
+        order.append(tx.next_turn("s1"))
+        for turn_id in ("t3", "t1", "t2"):
+            tx.set_turn_status(turn_id, "settled")
+            order.append(tx.next_turn("s1"))
+        return [None if turn is None else turn.id for turn in order]
+
+    assert await store.write(queue) == ["t1", "t3", "t1", "t2", None]
+    turns = [await store.read(lambda r, t=t: r.get_turn(t)) for t in ("t1", "t2", "t3", "t0")]
+    assert [turn.ord for turn in turns if turn is not None] == [0, 1, 2, 3]
 
 
 def _request(request_id: str) -> PermissionRequest:
