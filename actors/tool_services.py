@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -50,7 +51,9 @@ def build_context(
         workdir=turn.runtime.workdir,
         report_progress=lambda detail: None,
     )
-    services = _Services(turn=turn, handle=handle, call=call, context=context, run_nested=run_nested)
+    services = _Services(
+        turn=turn, handle=handle, call=call, context_ref=weakref.ref(context), run_nested=run_nested
+    )
     context.report_progress = services.report_progress
     context.open_form = services.open_form
     context.record_process_group = services.record_process_group
@@ -65,14 +68,26 @@ def build_context(
 
 @attrs.define(kw_only=True, eq=False)
 class _Services:
-    """The services of one call's tool context, bound to the call; owned by its tool-call actor."""
+    """The services of one call's tool context, bound to the call; owned by its tool-call actor.
+
+    They refer to their context weakly: the context holds their bound methods, and a cycle between
+    the two kept the call's handles, scopes and rows alive until the collector ran (most of the
+    garbage a turn left, design/benchmarks.md). Whoever calls a service holds the context.
+    """
 
     turn: TurnScope
     handle: ActorHandle
     call: ToolCallRow
-    context: ToolContext
+    context_ref: weakref.ReferenceType[ToolContext]
     run_nested: CallRunner
     numbers: Iterator[int] = attrs.Factory(lambda: itertools.count(1))
+
+    @property
+    def context(self) -> ToolContext:
+        context = self.context_ref()
+        if context is None:  # a bound service kept past its context: nothing to report to
+            raise RuntimeError(f"the tool context of call {self.call.call_id!r} is gone")
+        return context
 
     def report_progress(self, detail: Any) -> None:
         self.context.latest_progress = detail
