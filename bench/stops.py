@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +107,7 @@ async def _measure_pass(coordinator: Coordinator, sizes: Sizes, suffix: str) -> 
     return figures
 
 
-@contextmanager
+@contextlib.contextmanager
 def _other_core_busy() -> Iterator[None]:
     """A child process spinning on the CPU (the machine has two cores: the other one is busy)."""
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -119,7 +118,7 @@ def _other_core_busy() -> Iterator[None]:
         burner.wait()
 
 
-@contextmanager
+@contextlib.contextmanager
 def _full_collections() -> Iterator[list[tuple[float, float]]]:
     """The (start, end) of each collection of the oldest generation meanwhile (``perf_counter``)."""
     spans: list[tuple[float, float]] = []
@@ -143,7 +142,7 @@ def _tail_evidence(
     windows: list[tuple[float, float]], collections: list[tuple[float, float]]
 ) -> dict[str, float]:
     """How many stops (interrupts and declines, FULL) a full collection of the heap ran inside, and
-    the longest such collection: with ``*_sync_p99_ms`` (a WAL sync's round trip, from asking the
+    the longest full collection while they ran (inside a stop or between two): with ``*_sync_p99_ms`` (a WAL sync's round trip, from asking the
     sync process to its answer, during those stops), what a stop's p99 is made of beside its own work."""
     hit = sum(1 for start, end in windows if any(a < end and b > start for a, b in collections))
     longest = max((b - a for a, b in collections), default=0.0)
