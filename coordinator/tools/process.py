@@ -200,18 +200,25 @@ async def run_in_process_group(
     )
     # With start_new_session the child leads a new session and group whose id is its pid.
     pgid = proc.pid
+    terminating = False  # SIGTERM sent to the group
     try:
         if on_start is not None:
             await on_start(ProcessGroup.of(pgid))
         async with trio.open_nursery() as nursery:
             _start_pumps(nursery, proc, output, on_output)
-            await proc.wait()
+            try:
+                await proc.wait()
+            except trio.Cancelled:
+                # The stop reaches the process here, before the pumps unwind: the group dies on the
+                # other core while this process tears the rest of the call down.
+                terminating = signal_group(pgid, signal.SIGTERM)
+                raise
             signal_group(pgid, signal.SIGKILL)
             # Writers are dead now, so the pipes reach EOF at once unless one escaped the group.
             nursery.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
     except BaseException:
         with trio.move_on_after(term_grace + REAP_SECONDS + DRAIN_SECONDS, shield=True):
-            await terminate_group(proc, term_grace)
+            await terminate_group(proc, term_grace, terminating=terminating)
             # No callback here: it could raise inside cleanup and hide the stop's own exception.
             await _drain(proc, output)
         raise
@@ -232,8 +239,9 @@ def signal_group(pgid: int, signum: signal.Signals) -> bool:
     return True
 
 
-async def terminate_group(proc: trio.Process, term_grace: float) -> None:
-    """SIGTERM the group of ``proc``, give ``proc`` ``term_grace`` seconds to exit, SIGKILL, reap.
+async def terminate_group(proc: trio.Process, term_grace: float, *, terminating: bool = False) -> None:
+    """SIGTERM the group of ``proc`` (unless ``terminating``: sent already), give ``proc``
+    ``term_grace`` seconds to exit, SIGKILL, reap.
 
     Whatever of the group outlives ``proc`` by the end of the grace period (a grandchild that
     ignores SIGTERM) is killed with it.
@@ -242,11 +250,13 @@ async def terminate_group(proc: trio.Process, term_grace: float) -> None:
 
     **Raises:** nothing of its own.
     """
-    signal_group(proc.pid, signal.SIGTERM)
+    if not terminating:
+        signal_group(proc.pid, signal.SIGTERM)
     with trio.move_on_after(term_grace):
         await proc.wait()
     signal_group(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    if proc.returncode is None:
+        await proc.wait()
 
 
 def _start_pumps(
@@ -278,5 +288,8 @@ async def _drain(proc: trio.Process, output: ProcessOutput) -> None:
 
 async def _close_pipes(proc: trio.Process) -> None:
     for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
+        if isinstance(stream, trio.lowlevel.FdStream):
+            stream.close()  # both closed, then one checkpoint: a stop waits for this
+        elif stream is not None:
             await stream.aclose()
+    await trio.lowlevel.checkpoint()
