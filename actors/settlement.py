@@ -284,7 +284,7 @@ def _fail_running_step(
     tools: Mapping[str, Tool],
 ) -> None:
     """``fail_step`` of a step known to be running."""
-    calls = [c for c in tx.tool_calls_of_turn(turn_id) if c.step_id == step_id and c.status == "running"]
+    calls = [c for c in tx.running_calls_of_turn(turn_id) if c.step_id == step_id]
     kept = keep or _kept_for(tx, reason)
     fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)
     keep_partial_text(tx, session_id, turn_id, partial_text, reason)
@@ -331,7 +331,7 @@ def sweep(
     text of steps whose own failure could not be written. ``tools``: the runtime's tool table.
     """
     kept = keep or _kept_for(tx, reason)
-    running = [c for c in children_first(tx.tool_calls_of_turn(turn_id)) if c.status == "running"]
+    running = children_first(tx.running_calls_of_turn(turn_id))
     kept_ids = {c.call_id for c in running if kept(c)}
     for request in tx.pending_permissions(turn_id=turn_id):
         if request.call_id not in kept_ids and tx.revoke_permission(request.id, reason):

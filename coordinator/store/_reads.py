@@ -254,6 +254,12 @@ class SqlReader(api.Reader):
             TOOL_CALL_ROW.load(r) for r in self._all(_CALLS + " WHERE turn_id = ? ORDER BY ord", (turn_id,))
         ]
 
+    def running_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
+        return [
+            TOOL_CALL_ROW.load(r)
+            for r in self._all(_CALLS + " WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,))
+        ]
+
     def tool_started(self, session_id: str, call_id: str) -> bool:
         row = self._one(
             "SELECT tool_started FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from coordinator import errors
 from coordinator.events import Draft
 from coordinator.reasons import Declined, Interrupt, ParentLink
-from coordinator.records import PermissionRequest
+from coordinator.records import PermissionRequest, ToolError
 from coordinator.store import Store, Transaction, open_read_view, open_store
+from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
 from tests.backends import backend, db_for, postgres_database
 
@@ -180,6 +181,30 @@ async def test_a_step_succeeds_once_and_never_over_a_failure(store: Store) -> No
 
     assert await store.write(steps) == (True, False, False)
     assert await store.read(lambda r: r.running_steps("t1")) == []
+
+
+async def test_the_running_calls_of_a_turn_are_its_unsettled_ones_in_order(store: Store) -> None:
+    """What a settlement's sweep fails: the turn's calls still running, nested ones included, in the
+    order they were made; never a settled call, never another turn's."""
+
+    def call(call_id: str, turn_id: str = "t1", parent: str | None = None) -> ToolCallRow:
+        return ToolCallRow(
+            session_id="s1", call_id=call_id, turn_id=turn_id, step_id="st1", parent_call_id=parent,
+            model_call_id=None, name="noop", input={}, status="running", output=None, error=None,
+            partial=None, progress=None,
+        )  # fmt: skip
+
+    def calls(tx: Transaction) -> list[str]:
+        a_session_with_a_turn(tx)
+        tx.insert_turn("t2", "s1", "go", "now")
+        tx.insert_step("st1", "s1", "t1", "now")
+        for row in (call("c1"), call("c2"), call("c2.1", parent="c2"), call("c3"), call("c4", "t2")):
+            tx.insert_tool_call(row, "now")
+        tx.settle_tool_call("s1", "c1", output="done")
+        tx.settle_tool_call("s1", "c3", error=ToolError(type="failed", message="no"))
+        return [c.call_id for c in tx.running_calls_of_turn("t1")]
+
+    assert await store.write(calls) == ["c2", "c2.1"]
 
 
 async def test_rows_are_numbered_in_the_order_written_and_next_turn_takes_the_unfinished_one_first(

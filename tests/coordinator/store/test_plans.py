@@ -25,6 +25,7 @@ READS: dict[str, Callable[[Reader], Any]] = {
     "get_turn": lambda read: read.get_turn("t1"),
     "running_steps": lambda read: read.running_steps("t1"),
     "tool_calls_of_turn": lambda read: read.tool_calls_of_turn("t1"),
+    "running_calls_of_turn": lambda read: read.running_calls_of_turn("t1"),
     "history_after": lambda read: read.history_after("s1", 3),
     "pending_permissions of a turn": lambda read: read.pending_permissions(turn_id="t1"),
     "pending_forms of a turn": lambda read: read.pending_forms(turn_id="t1"),
