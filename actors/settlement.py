@@ -241,6 +241,7 @@ def finish_turn(
     tx: Transaction, session_id: str, turn_id: str, outcome: str, reason: StopReason | None
 ) -> None:
     """Settle the turn with ``outcome``, release the claim, and publish ``session.idle``."""
+    tx.sync_soon()  # a person, or a parent's call, waits for the idle
     tx.settle_turn(turn_id, "settled", reason, outcome)
     tx.set_claim_state(session_id, "released")
     tx.set_last_outcome(session_id, outcome)

@@ -86,7 +86,11 @@ def decide_in(
         return None
     if reason.resumable:
         return reason
-    return reason if tx.record_stop_intent(turn_id, reason) else None
+    if not tx.record_stop_intent(turn_id, reason):
+        return None
+    # Its caller waits for the intent to be durable; the disk syncs it while the turn is torn down.
+    tx.sync_soon()
+    return reason
 
 
 def apply(runtime: Runtime, turn_id: str, reason: StopReason) -> None:

@@ -26,6 +26,7 @@ class SqlTransaction(SqlReader, api.Transaction):
     def __init__(self, sql: Connection) -> None:
         super().__init__(sql)
         self.events: list[Event] = []
+        self.sync_wanted_soon = False
 
     def _run(self, query: str, args: tuple[Any, ...] = ()) -> int:
         return self.sql.run(query, args)
@@ -56,6 +57,9 @@ class SqlTransaction(SqlReader, api.Transaction):
         event = Event(seq=seq, type=draft.type, session_id=draft.session_id, at=at, payload=draft.payload)
         self.events.append(event)
         return event
+
+    def sync_soon(self) -> None:
+        self.sync_wanted_soon = True
 
     # sessions -------------------------------------------------------------------------------
     def insert_session(

@@ -128,8 +128,12 @@ class GroupDurability:
         await blocking(lambda: left.append(wal.reclaim(pages)))
         return left[0]
 
-    def committed(self, events: Sequence[Event]) -> None:
-        """Count a commit; hand its events over now if SQLite synced it, else at the next cycle."""
+    def committed(self, events: Sequence[Event], *, soon: bool = False) -> None:
+        """Count a commit; hand its events over now if SQLite synced it, else at the next cycle.
+
+        ``soon``: someone waits for this commit (``Transaction.sync_soon``): its sync is asked now
+        if no other sync is out, rather than when the loop is next idle. A sync already out would
+        make it queue anyway; it is then asked at idle with whatever commits follow."""
         self._commits += 1
         if self._failed is not None:  # after a failed sync no commit is declared durable again
             return
@@ -141,6 +145,8 @@ class GroupDurability:
         if events:
             self._undurable.append(events)
         self._want_sync()
+        if soon and not self._asked:
+            self._ask_if_free()
 
     async def wait(self) -> None:
         """Until every commit counted so far is durable."""

@@ -102,7 +102,7 @@ class _Transaction(contextlib.AbstractAsyncContextManager[SqlTransaction]):
             store._in_transaction = False
         if store.commit_observer is not None:
             store.commit_observer(time.perf_counter() - self._began)
-        store._committed(tx.events)
+        store._committed(tx.events, soon=tx.sync_wanted_soon)
 
 
 def _execute(db: apsw.Connection, sql: str) -> None:
@@ -185,12 +185,12 @@ class SqliteStore:
         """
         return _Transaction(self, fence)
 
-    def _committed(self, events: list[Event]) -> None:
+    def _committed(self, events: list[Event], *, soon: bool = False) -> None:
         if events:
             self.last_own_seq = events[-1].stored_seq
             for callback in self._on_commit:
                 callback(events)
-        self._durability.committed(events)
+        self._durability.committed(events, soon=soon)
 
     def _hand_over(self, events: Sequence[Event]) -> None:
         for callback in self._on_durable:

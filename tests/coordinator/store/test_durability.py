@@ -242,6 +242,40 @@ async def test_the_commits_a_turn_makes_before_the_loop_is_idle_share_one_sync(
     assert syncs <= 5, f"{syncs} syncs for {commits} commits"
 
 
+async def test_a_commit_someone_waits_for_asks_its_sync_as_it_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Transaction.sync_soon`` (a stop's intent, a turn's settlement with ``session.idle``): its sync
+    is asked by the commit itself, while the task goes on, where another commit's waits for the loop
+    to be idle; and while a sync is out, it is asked at idle like the others (it would queue)."""
+    gate = SyncGate(monkeypatch, "process")
+    config, _ = marking_config(tmp_path)
+
+    def commit(session_id: str, *, soon: bool) -> Any:
+        def body(tx: Transaction) -> None:
+            tx.insert_session(session_id, "", "2026-12-05T00:00:00Z")
+            if soon:
+                tx.sync_soon()
+
+        return body
+
+    async with running(config, synchronous="full") as (coord, _):
+        await coord.store.durable()
+        before = gate.syncs
+        await coord.store.write(commit("ses_later", soon=False))
+        asked_at_commit = gate.syncs - before  # no checkpoint since the commit: the loop never idled
+        await coord.store.durable()
+        before = gate.syncs
+        gate.close(coord)  # the helper answers nothing until opened: the first sync stays out
+        await coord.store.write(commit("ses_soon", soon=True))
+        asked_soon = gate.syncs - before
+        await coord.store.write(commit("ses_behind", soon=True))  # one is out: this one waits
+        asked_behind = gate.syncs - before
+        gate.open()
+        await coord.store.durable()
+    assert (asked_at_commit, asked_soon, asked_behind) == (0, 1, 1)
+
+
 async def test_a_commit_nobody_waits_for_is_synced_within_a_millisecond_though_the_loop_never_idles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
