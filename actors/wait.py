@@ -301,9 +301,7 @@ class PermissionWait:
 
     def revoke(self, tx: Transaction, asked: PermissionRequest, reason: StopReason) -> None:
         if tx.revoke_permission(asked.id, reason):
-            revoked = tx.get_permission(asked.id)
-            assert revoked is not None
-            tx.emit(events.permission_revoked(revoked, reason))
+            tx.emit(events.permission_revoked(asked, reason))
 
 
 @attrs.frozen(kw_only=True)

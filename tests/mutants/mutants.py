@@ -230,9 +230,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 path="actors/wait.py",
                 old=(
                     "        if tx.revoke_permission(asked.id, reason):",
-                    "            revoked = tx.get_permission(asked.id)",
-                    "            assert revoked is not None",
-                    "            tx.emit(events.permission_revoked(revoked, reason))",
+                    "            tx.emit(events.permission_revoked(asked, reason))",
                 ),
                 new=("        tx.revoke_permission(asked.id, reason)",),
             ),
