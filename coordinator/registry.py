@@ -119,6 +119,11 @@ class Registry:
         """Settle now a stop just committed for a turn no actor runs (an interrupt of a parked turn, a
         reject or a dismissal of one of its waits), rather than at the watch's next look: its waits are
         revoked, its calls fail, then the terminal event and ``session.idle``."""
+        if session_id in self._actors:
+            # Its actor applies the stop. A checkpoint all the same, as the read below is: this
+            # method is an await point whatever it finds.
+            await trio.lowlevel.checkpoint()
+            return
         turn, claim = await self._runtime.store.read(
             lambda reader: (reader.next_turn(session_id), reader.get_claim(session_id))
         )
