@@ -192,6 +192,13 @@ FOUND = {
         1884,
         "33:model.chunk:shutdown",
     ),
+    # A step's success carried after the shutdown had deferred its call's own failure (a dismissed
+    # form): the turn's settlement wrote the carried success before the deferred failure.
+    "run 67 a step's success carried behind its call's deferred failure": (
+        32,
+        67,
+        "14:tool.end:shutdown",
+    ),
 }
 
 
