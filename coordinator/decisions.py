@@ -13,8 +13,9 @@ and that wait's ``permission.asked`` again, which would show the person an answe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import attrs
 import structlog
 
 from actors import stops, wait
@@ -23,7 +24,7 @@ from coordinator import errors, events, permissions, wire
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
-from coordinator.records import MAX_TEXT, MAX_TITLE, Form, PermissionRequest, Session, Settlement
+from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, Form, PermissionRequest, Session, Settlement
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
@@ -169,8 +170,8 @@ async def reply_permission(
             # Settled since it was read, by a transaction the store ran alongside this one
             # (PostgreSQL); the compare-and-set decides, and this one answers as a late reply does.
             _pending_request(tx, session_id, request_id)
-        replied = tx.get_permission(request_id)
-        assert replied is not None
+        # It was pending as read, and this reply settled it.
+        replied = attrs.evolve(request, status="replied", decision=cast(Decision, decision))
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
         stop = None
