@@ -351,6 +351,39 @@ async def test_the_wal_is_checkpointed_off_the_trio_thread_and_stays_bounded(
     assert len(wal) < 3_000_000, len(wal)
 
 
+async def test_once_a_checkpoint_copied_the_whole_log_its_restart_is_written_off_the_trio_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite starts the WAL again from its start at the first write after a checkpoint copied all of
+    it, and syncs the new header inside that COMMIT. The checkpointer's own write restarts it in the
+    worker thread right after the checkpoint, so the next commit of the trio thread (a stop's intent)
+    finds the log begun already: the WAL header's restart count has moved before it."""
+    SyncGate(monkeypatch, "process")
+    monkeypatch.setattr(_durability, "CHECKPOINT_PAGES", 40)
+    restarts: list[tuple[str, int, int]] = []
+    original = _durability.WalFile.restart
+
+    def restart(wal: _durability.WalFile) -> None:
+        before = _restart_count(tmp_path)
+        original(wal)
+        restarts.append((threading.current_thread().name, before, _restart_count(tmp_path)))
+
+    monkeypatch.setattr(_durability.WalFile, "restart", restart)
+    config, marker = marking_config(tmp_path)
+    async with running(config, mark_then_text(marker), synchronous="full") as (coord, recorder):
+        for turn in range(16):
+            session = await coord.create_session()
+            await coord.prompt(session.id, "go")
+            await recorder.wait_for("session.idle", turn + 1)
+    assert restarts and {thread for thread, _, _ in restarts} == {"store-sync"}
+    assert any(after == before + 1 for _, before, after in restarts), restarts
+
+
+def _restart_count(folder: Path) -> int:
+    """How many times SQLite started the log of ``folder``'s database again (the WAL header's count)."""
+    return int.from_bytes((folder / "db.sqlite-wal").read_bytes()[12:16], "big")
+
+
 async def test_under_a_virtual_clock_the_syncs_run_inline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
 ) -> None:
