@@ -164,6 +164,9 @@ class TurnScope:
     live_waits: int = 0
     # Calls of a resumed turn whose kept wait is not re-opened yet: they count as live waits.
     unopened_waits: set[str] = attrs.Factory(set)
+    # Calls that began to open a wait in this process (before its row is written): only these, and
+    # the unopened ones, can leave a wait pending that their own settlement must revoke first.
+    waiting_calls: set[str] = attrs.Factory(set)
     # The settlements a stop's cleanups left for the turn's own last transaction, in the order the
     # cleanups ran: children before parents (``settle``).
     deferred: list[Callable[[Transaction], object]] = attrs.Factory(list)
@@ -284,6 +287,12 @@ class TurnScope:
         finally:
             if not done:
                 self.unopened_waits.add(call_id)
+
+    def may_have_waits(self, call_id: str) -> bool:
+        """Whether a call's settlement must look for a wait of the call left pending: one this
+        process began to open for it (its own revocation may have failed, chaos F15 and F17), or a
+        kept one a resumed call has not re-opened. Every other call never had one."""
+        return call_id in self.waiting_calls or call_id in self.unopened_waits
 
     def forget_unopened_wait(self, call_id: str) -> None:
         """A restored call settled its kept wait without re-opening it."""

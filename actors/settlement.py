@@ -112,6 +112,7 @@ def settle_call(
     error: ToolError | None = None,
     partial: Partial | None = None,
     stopped_for: StopReason | None,
+    waits: bool = True,
 ) -> bool:
     """Settle ``call`` (succeeded without ``error``, else failed), after whatever it leaves behind.
 
@@ -119,7 +120,8 @@ def settle_call(
     always settle before their parent, even when a child's own settlement could not be written.
     A call ``stopped_for`` a reason leaves them that reason (a wait whose own revocation could not be
     written is still revoked for the stop, chaos F15); otherwise they are revoked as leftovers.
-    Returns False when the call was settled already.
+    ``waits=False``: the call's actor knows it never had a wait (``TurnScope.may_have_waits``), so
+    its two reads for one are skipped. Returns False when the call was settled already.
     """
     leftover = stopped_for or Failure.left_over(call.call_id)
     # Only a task call has a sub-agent's turn, only an execute call nested calls: a plain call's
@@ -131,7 +133,8 @@ def settle_call(
     if tool is None or tool.capabilities.runs_nested_calls:
         children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
         fail_calls(tx, [c for c in children if c.status == "running"], leftover, tools=tools)
-    revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
+    if waits:
+        revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
     if not tx.settle_tool_call(call.session_id, call.call_id, output=output, error=error, partial=partial):
         return False
     if error is None:

@@ -278,7 +278,8 @@ async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any, *, 
 
     def succeed(tx: Transaction) -> None:
         # Idempotent, as ``TurnScope.carry`` needs: a settled call is not settled again.
-        settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None)
+        waits = turn.may_have_waits(call.call_id)
+        settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None, waits=waits)
 
     if last:
         await turn.carry(succeed)
@@ -297,7 +298,13 @@ async def _settle_failed(
     tools = turn.runtime.tools
     await turn.settle(
         lambda tx: settlement.settle_call(
-            tx, call, tools=tools, error=error, partial=partial, stopped_for=stopped_for
+            tx,
+            call,
+            tools=tools,
+            error=error,
+            partial=partial,
+            stopped_for=stopped_for,
+            waits=turn.may_have_waits(call.call_id),
         )
     )
 

@@ -108,6 +108,7 @@ async def run(
 
     **Raises:** ``Fenced`` if the claim was taken over.
     """
+    turn.waiting_calls.add(call_id)  # first: its row may be committed before anything else runs
     answered = kind.answered_at_restore()
     if answered is not None:
         # Answered while no wait was live (the turn suspended, or its owner dead): nothing to open.

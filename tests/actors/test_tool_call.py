@@ -173,3 +173,51 @@ async def test_a_stopped_script_call_keeps_its_finished_nested_calls_and_logs(tm
         stored = harness.store.read.get_tool_call("ses_1", "c1")
         assert stored is not None and stored.partial is not None
         assert (len(stored.partial.logs), len(stored.partial.calls)) == (1, 1)
+
+
+async def test_only_a_call_that_waited_on_a_person_looks_for_its_waits_as_it_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's settlement revokes a wait the call left pending (its own revocation failed, chaos F15
+    and F17) before the call settles; a call that never opened a wait has none, and its settlement
+    reads nothing for one (two reads a plain call fewer on every turn)."""
+    from coordinator.store._reads import SqlReader
+
+    looked_up: list[tuple[str, str]] = []
+    for read in ("permission_of_call", "form_of_call"):
+        original = getattr(SqlReader, read)
+
+        def recording(
+            self: SqlReader,
+            session_id: str,
+            call_id: str,
+            *,
+            pending: bool,
+            _o: Any = original,
+            _r: str = read,
+        ) -> Any:
+            if pending:
+                looked_up.append((_r, call_id))
+            return _o(self, session_id, call_id, pending=pending)
+
+        monkeypatch.setattr(SqlReader, read, recording)
+    config = Config(base_dir=tmp_path, permission=(Rule(action="gate", resource="*", effect="ask"),))
+    async with open_harness(tmp_path, config=config, tools=TOOLS) as harness:
+        turn = harness.live()
+        plain, asking = (
+            call_row("c1", "echo", input={"text": "x"}),
+            call_row("c2", "gate", input={"text": "y"}),
+        )
+        await start_step(harness, plain, asking)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _run_calls(turn, plain, asking))
+            await trio.testing.wait_all_tasks_blocked()
+            (asked,) = [event for event in harness.events if event.type == "permission.asked"]
+            request_id = asked.payload["request"]["id"]
+            await decisions.reply_permission(harness.runtime, "ses_1", request_id, "once", None)
+        await harness.settle()
+    succeeded = [
+        event.payload["call_id"] for event in harness.events if event.type == "session.tool.succeeded"
+    ]
+    assert sorted(succeeded) == ["c1", "c2"]
+    assert sorted(looked_up) == [("form_of_call", "c2"), ("permission_of_call", "c2")]
