@@ -267,6 +267,13 @@ def _connect(path: str, synchronous: str) -> apsw.Connection:
     _enter_wal(db)
     db.execute(f"PRAGMA synchronous={synchronous.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
+    # The query planner's stability guarantee: a statement's plan never depends on the values bound
+    # to it. Without it, SQLite (built with STAT4, as apsw is) marks a statement whose ``ORDER BY``
+    # it compared with a bound ``WHERE`` term, and prepares it again at every new binding: every
+    # ``SELECT ord ... ORDER BY ord DESC LIMIT 1`` and history read, 13 of a turn's 68 statements,
+    # about a tenth of a turn's instructions (design/benchmarks.md). Our plans are index lookups that
+    # no bound value changes.
+    db.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
     return db
 
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 from coordinator.store import Reader, open_store
@@ -67,3 +68,11 @@ def test_a_read_on_the_path_of_a_turn_or_a_stop_uses_an_index_and_no_sort(tmp_pa
             assert not [step for step in plan if step.startswith("SCAN")], (sql, plan)
             if read not in SORTS_KEPT:
                 assert not [step for step in plan if "TEMP B-TREE" in step], (sql, plan)
+
+
+def test_the_connection_keeps_a_statements_plan_whatever_is_bound_to_it(tmp_path: Path) -> None:
+    # Without the query planner's stability guarantee, SQLite prepares a statement again at each new
+    # binding once it compared a bound value in planning it: every ``SELECT ord ... ORDER BY ord
+    # DESC LIMIT 1`` and history read of a turn did (design/benchmarks.md, issue 19).
+    with open_store(str(tmp_path / "plans.sqlite")) as store:
+        assert store._db.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1) == 1
