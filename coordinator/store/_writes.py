@@ -39,15 +39,15 @@ class SqlTransaction(SqlReader, api.Transaction):
         session id, or the table): concurrent writers of one scope serialize, so the read of the last
         ord and the insert are one step for them.
 
-        Two statements rather than one with a subquery: an ``INSERT`` whose value is a subquery on
-        its own table cost SQLite about four times a plain insert on a turn's path (measured: 37 µs
-        against 8 µs for a message), more than the separate read of the index's last entry."""
+        One statement: the last ord is the ``MAX`` of an index whose leading column is
+        ``numbered_by`` (one lookup in SQLite and PostgreSQL alike), read by the insert itself.
+        """
         self.sql.serialize(scope)
         where, args = ("", ()) if numbered_by is None else (f" WHERE {numbered_by} = ?", (key,))
-        last = self._one(f"SELECT ord FROM {table}{where} ORDER BY ord DESC LIMIT 1", args)
         self._run(
-            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * (len(values) + 1))})",
-            (*values.values(), 0 if last is None else last[0] + 1),
+            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * len(values))}, "
+            f"(SELECT COALESCE(MAX(ord) + 1, 0) FROM {table}{where}))",
+            (*values.values(), *args),
         )
 
     def emit(self, draft: Draft) -> Event:

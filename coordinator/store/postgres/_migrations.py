@@ -179,4 +179,12 @@ def _v1(execute: Callable[[str], Any]) -> None:
     execute(_V1)
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1]
+def _v2(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 9: requests and forms are numbered over the whole table, and the next
+    # ``ord`` is their ``MAX(ord)``, a read of every row without these.
+    execute(
+        "CREATE INDEX permission_by_ord ON permission_requests(ord); CREATE INDEX forms_by_ord ON forms(ord);"
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2]

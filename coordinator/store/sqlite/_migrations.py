@@ -230,4 +230,15 @@ def _v8(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(db: apsw.Connection) -> None:
+    # Requests and forms are numbered over the whole table: the next ``ord`` is their ``MAX(ord)``,
+    # which without these read every request (or form) ever made at each new one.
+    db.execute(
+        """
+        CREATE INDEX permission_by_ord ON permission_requests(ord);
+        CREATE INDEX forms_by_ord ON forms(ord);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]

@@ -8,6 +8,8 @@ them and checked with ``EXPLAIN QUERY PLAN``.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +17,12 @@ from typing import Any
 
 import apsw
 import pytest
+import trio
 
-from coordinator.store import Reader, open_store
+from coordinator import errors
+from coordinator.records import Form, PermissionRequest, Rule
+from coordinator.store import Reader, Transaction, open_store
+from coordinator.store.rows import ToolCallRow
 from coordinator.store.sqlite._store import SqliteStore
 
 READS: dict[str, Callable[[Reader], Any]] = {
@@ -76,3 +82,89 @@ def test_the_connection_keeps_a_statements_plan_whatever_is_bound_to_it(tmp_path
     # DESC LIMIT 1`` and history read of a turn did (design/benchmarks.md, issue 19).
     with open_store(str(tmp_path / "plans.sqlite")) as store:
         assert store._db.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1) == 1
+
+
+# Each numbered insert of the store (``_insert_numbered``): its next ``ord`` is read by the insert.
+NUMBERED_INSERTS: dict[str, Callable[[Transaction], Any]] = {
+    "session": lambda tx: tx.insert_session("s2", "t", "2026-01-01T00:00:00Z"),
+    "turn": lambda tx: tx.insert_turn("t2", "s1", "go", "2026-01-01T00:00:00Z"),
+    "step": lambda tx: tx.insert_step("st2", "s1", "t1", "2026-01-01T00:00:00Z"),
+    "message": lambda tx: tx.insert_message("m2", "s1", "t1", "user", "2026-01-01T00:00:00Z"),
+    "text part": lambda tx: tx.add_text_part("m1", "hi"),
+    "tool call": lambda tx: tx.insert_tool_call(
+        ToolCallRow(
+            session_id="s1",
+            call_id="c2",
+            turn_id="t1",
+            step_id=None,
+            parent_call_id=None,
+            model_call_id=None,
+            name="noop",
+            input={},
+            status="running",
+            output=None,
+            error=None,
+            partial=None,
+            progress=None,
+        ),
+        "2026-01-01T00:00:00Z",
+    ),
+    "permission request": lambda tx: tx.insert_permission(
+        PermissionRequest(
+            id="p2",
+            session_id="s1",
+            call_id="c1",
+            action="noop",
+            resource="*",
+            status="pending",
+            created_at="2026-01-01T00:00:00Z",
+        ),
+        "t1",
+        None,
+    ),
+    "form": lambda tx: tx.insert_form(
+        Form(
+            id="f2",
+            session_id="s1",
+            call_id="c1",
+            questions=[],
+            status="pending",
+            created_at="2026-01-01T00:00:00Z",
+        ),
+        "t1",
+        None,
+    ),
+    "session rule": lambda tx: tx.add_session_rule("s1", Rule(action="noop", resource="*", effect="allow")),
+}
+
+
+@pytest.mark.parametrize("insert", sorted(NUMBERED_INSERTS))
+def test_a_numbered_insert_finds_the_last_ord_by_an_index(tmp_path: Path, insert: str) -> None:
+    # Requests and forms are numbered over their whole table: without an index on ord, each new one
+    # read every request (or form) ever made.
+    with open_store(str(tmp_path / "plans.sqlite")) as store:
+        seen: list[tuple[str, tuple[Any, ...]]] = []
+        connection = store._connection
+        run = connection.run
+
+        def capturing(sql: str, args: Any = ()) -> int:
+            seen.append((sql, tuple(args)))
+            return run(sql, args)
+
+        connection.run = capturing  # type: ignore[method-assign]
+        with contextlib.suppress(errors.StoreError):  # no such session: the statement is planned first
+            trio.run(store.write, NUMBERED_INSERTS[insert])
+        inserts = [(sql, args) for sql, args in seen if sql.startswith("INSERT")]
+        assert len(inserts) == 1, seen
+        sql, args = inserts[0]
+        numbering = re.search(r"FROM (\w+)(?: WHERE (\w+) = \?)?\)\)$", sql)
+        assert numbering is not None, sql
+        table, numbered_by = numbering.groups()
+        plan = [row[-1] for row in store._db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+        lookups = [step for step in plan if step.startswith(f"SEARCH {table} ")]
+        assert len(lookups) == 1 and not [step for step in plan if step.startswith("SCAN")], (sql, plan)
+        # The MAX is one lookup only in an index that starts with the numbering column, then ord.
+        index = re.search(r"INDEX (\w+)", lookups[0])
+        assert index is not None, lookups
+        columns = [row[2] for row in store._db.execute(f"PRAGMA index_info({index.group(1)})")]
+        assert columns[:2] == ([numbered_by, "ord"] if numbered_by else ["ord"]), (sql, plan, columns)
