@@ -32,6 +32,7 @@ GROUPS = (
     "pg",
     "peer",
     "processes",
+    "instructions",
 )
 
 
@@ -107,6 +108,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         baseline,
         history,
         http_api,
+        instructions,
         metrics_cost,
         peer,
         pg,
@@ -150,6 +152,12 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
         elif group == "processes":
             figures.update(await processes.measure_processes(workdir, sizes))
+        elif group == "instructions":
+            why = instructions.unavailable()
+            if why is not None:
+                print(f" skipped: {why}", file=sys.stderr, flush=True)
+                continue
+            figures.update(await instructions.measure_instructions(workdir, sizes))
         elif group == "peer":
             why = peer.unavailable()
             if why is not None:

@@ -55,6 +55,7 @@ class Sizes:
     prune_events: int  # old events a retention pass deletes while turns run
     prune_turns: int  # sequential turns timed alone, beside those timed during the pass
     takeovers: int  # kill -9 of a node running a turn, each timed to the turn's resumption elsewhere
+    instruction_turns: int  # turns counted by callgrind (and three times as many: turn_instructions_m)
 
     @classmethod
     def full(cls) -> Sizes:
@@ -80,6 +81,7 @@ class Sizes:
             prune_events=100_000,
             prune_turns=300,
             takeovers=5,
+            instruction_turns=100,
         )
 
     @classmethod
@@ -106,6 +108,7 @@ class Sizes:
             prune_events=2000,
             prune_turns=5,
             takeovers=1,
+            instruction_turns=2,
         )
 
 

@@ -39,6 +39,7 @@ class Figure:
 
 FIGURES: tuple[Figure, ...] = (
     Figure(key="turn_cpu_ms", workload="CPU a sequential turn (FULL), the headline", unit="ms", target=3, higher_is_better=False),
+    Figure(key="turn_instructions_m", workload="instructions a sequential turn (FULL), callgrind: steadier than CPU time", unit="M", higher_is_better=False),
     Figure(key="turn_cpu_ms_serving_gc", workload="the same, the collector tuned as coordinator serve tunes it", unit="ms", higher_is_better=False),
     Figure(key="turns_per_s", workload="sequential turns (FULL)", unit="turns/s", target=300),
     Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
@@ -107,6 +108,8 @@ PEER_KEYS = (
     "langgraph_turn_cpu_ms",
 )
 """The peer group's figures: measured only where LangGraph is installed (the ``peer`` extra)."""
+INSTRUCTION_KEYS = ("turn_instructions_m",)
+"""The instructions group's figure: measured only where valgrind is installed."""
 
 
 def add_ratios(figures: dict[str, float]) -> None:
