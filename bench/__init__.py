@@ -120,10 +120,16 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         turns,
     )
 
+    # The groups that need something installed, and why they cannot run without it (None: they can).
+    needs = {"instructions": instructions.unavailable, "peer": peer.unavailable}
     figures: dict[str, float] = {}
     for group in groups:
         started = time.perf_counter()
         print(f"bench: {group}...", end="", file=sys.stderr, flush=True)
+        why = needs[group]() if group in needs else None
+        if why is not None:
+            print(f" skipped: {why}", file=sys.stderr, flush=True)
+            continue
         if group == "turns":
             figures.update(await turns.measure_turns(workdir, sizes))
             figures.update(await turns.measure_checkpoint_overhead(workdir, sizes, figures["turns_per_s"]))
@@ -153,16 +159,8 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         elif group == "processes":
             figures.update(await processes.measure_processes(workdir, sizes))
         elif group == "instructions":
-            why = instructions.unavailable()
-            if why is not None:
-                print(f" skipped: {why}", file=sys.stderr, flush=True)
-                continue
             figures.update(await instructions.measure_instructions(workdir, sizes))
         elif group == "peer":
-            why = peer.unavailable()
-            if why is not None:
-                print(f" skipped: {why}", file=sys.stderr, flush=True)
-                continue
             figures.update(await peer.measure_peer(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures
