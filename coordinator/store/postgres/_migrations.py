@@ -187,4 +187,12 @@ def _v2(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2]
+def _v3(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 10: a session counts its steps.
+    execute(
+        "ALTER TABLE sessions ADD COLUMN step_count BIGINT NOT NULL DEFAULT 0; "
+        "UPDATE sessions SET step_count = (SELECT COUNT(*) FROM steps AS s WHERE s.session_id = sessions.id);"
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3]

@@ -241,4 +241,15 @@ def _v9(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(db: apsw.Connection) -> None:
+    # A session counts its steps (a step's request index is the count before it): counting them at
+    # each step grew with the session.
+    db.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN step_count INTEGER NOT NULL DEFAULT 0;
+        UPDATE sessions SET step_count = (SELECT COUNT(*) FROM steps AS s WHERE s.session_id = sessions.id);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]

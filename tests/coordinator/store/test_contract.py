@@ -183,6 +183,25 @@ async def test_a_step_succeeds_once_and_never_over_a_failure(store: Store) -> No
     assert await store.read(lambda r: r.running_steps("t1")) == []
 
 
+async def test_a_steps_index_counts_the_steps_of_its_session_only(store: Store) -> None:
+    """The model request index (contract: ``ModelRequest.index``) is the count of the session's steps
+    before it, across its turns, never another session's."""
+
+    def steps(tx: Transaction) -> list[int]:
+        a_session_with_a_turn(tx)
+        tx.insert_turn("t2", "s1", "again", "now")
+        tx.insert_session("s2", "other", "now")
+        tx.insert_turn("t3", "s2", "go", "now")
+        return [
+            tx.insert_step("st1", "s1", "t1", "now"),
+            tx.insert_step("st2", "s1", "t1", "now"),
+            tx.insert_step("st3", "s2", "t3", "now"),
+            tx.insert_step("st4", "s1", "t2", "now"),
+        ]
+
+    assert await store.write(steps) == [0, 1, 0, 2]
+
+
 async def test_the_running_calls_of_a_turn_are_its_unsettled_ones_in_order(store: Store) -> None:
     """What a settlement's sweep fails: the turn's calls still running, nested ones included, in the
     order they were made; never a settled call, never another turn's."""

@@ -72,6 +72,31 @@ def test_a_database_made_without_auto_vacuum_is_converted_once_at_open(tmp_path:
         assert store.read.get_session("s1") is not None
 
 
+async def test_an_upgraded_database_goes_on_counting_its_sessions_steps(tmp_path: Path) -> None:
+    """Migration 10 counts the steps a session already has: the next step's request index goes on
+    from there (a scripted model's script stays in step), it does not start again at 0."""
+    path = tmp_path / "v9.sqlite"
+    connection = apsw.Connection(str(path))
+    connection.execute("PRAGMA journal_mode=WAL")
+    with connection:
+        for number, migrate in enumerate(MIGRATIONS[:9]):
+            migrate(connection)
+            connection.execute(f"PRAGMA user_version={number + 1}")
+        connection.execute("INSERT INTO sessions(id, title, created_at, ord) VALUES ('s1', 't', 'now', 0)")
+        connection.execute(
+            "INSERT INTO turns(id, session_id, prompt, status, created_at, ord) VALUES ('t1', 's1', 'go', 'settled', 'now', 0)"
+        )
+        for index in range(3):
+            connection.execute(
+                "INSERT INTO steps(id, session_id, turn_id, status, created_at, ord) "
+                "VALUES (?, 's1', 't1', 'succeeded', 'now', ?)",
+                (f"st{index}", index),
+            )
+    connection.close()
+    with open_store(str(path)) as store:
+        assert await store.write(lambda tx: tx.insert_step("st3", "s1", "t1", "now")) == 3
+
+
 async def test_a_prune_gives_the_space_it_freed_back_to_the_file_system(tmp_path: Path) -> None:
     """After a large prune the file must shrink, not only keep free pages: an operator who turned
     retention on to save disk must see the disk saved."""
