@@ -198,7 +198,8 @@ class SqlReader(api.Reader):
 
     def interruptible_turn(self, session_id: str) -> TurnRow | None:
         row = self._one(
-            _TURNS + " WHERE session_id = ? "
+            # ``status != 'settled'`` as the index of unsettled turns says it, so that it is used.
+            _TURNS + " WHERE session_id = ? AND status != 'settled' "
             "AND (status = 'running' OR (status = 'suspended' AND parked != 0)) ORDER BY ord LIMIT 1",
             (session_id,),
         )

@@ -195,4 +195,9 @@ def _v3(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3]
+def _v4(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 11: a session's unsettled turns, without its settled ones.
+    execute("CREATE INDEX turns_unsettled ON turns(session_id, ord) WHERE status != 'settled'")
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4]

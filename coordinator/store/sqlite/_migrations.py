@@ -252,4 +252,22 @@ def _v10(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
+def _v11(db: apsw.Connection) -> None:
+    # A session's unsettled turns (at most a few), found without reading its settled ones: the
+    # reads of a turn's path (the next turn, the one an interrupt stops) grew with the session.
+    db.execute("CREATE INDEX turns_unsettled ON turns(session_id, ord) WHERE status != 'settled'")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
+    _v1,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v10,
+    _v11,
+]

@@ -9,6 +9,7 @@ them and checked with ``EXPLAIN QUERY PLAN``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -168,3 +169,69 @@ def test_a_numbered_insert_finds_the_last_ord_by_an_index(tmp_path: Path, insert
         assert index is not None, lookups
         columns = [row[2] for row in store._db.execute(f"PRAGMA index_info({index.group(1)})")]
         assert columns[:2] == ([numbered_by, "ord"] if numbered_by else ["ord"]), (sql, plan, columns)
+
+
+# The reads of a turn's and a stop's path that are scoped to a session, and the step's insert: none
+# may grow with the session's settled turns (a session can live for months).
+SESSION_SCOPED: dict[str, Callable[[Transaction, str], Any]] = {
+    "next_turn": lambda tx, sid: tx.next_turn(sid),
+    "running_turn": lambda tx, sid: tx.running_turn(sid),
+    "interruptible_turn": lambda tx, sid: tx.interruptible_turn(sid),
+    "unsettled_turn_statuses": lambda tx, sid: tx.unsettled_turn_statuses(sid),
+    "session_rules": lambda tx, sid: tx.session_rules(sid),
+    "history_after": lambda tx, sid: tx.history_after(sid, 10**9),
+    "insert_step": lambda tx, sid: tx.insert_step(f"step-{sid}", sid, f"{sid}-running", "now"),
+    "insert_message": lambda tx, sid: tx.insert_message(f"m-{sid}", sid, f"{sid}-running", "user", "now"),
+}
+
+
+def _with_settled_turns(store: SqliteStore, session_id: str, settled: int) -> None:
+    """A session with ``settled`` settled turns, each with a step and a message, then a running one."""
+    with store._db:
+        store._db.execute(
+            "INSERT INTO sessions(id, title, created_at, ord) VALUES (?, 't', 'now', 0)", (session_id,)
+        )
+        for ord in range(settled + 1):
+            turn_id = f"{session_id}-{ord}" if ord < settled else f"{session_id}-running"
+            status = "settled" if ord < settled else "running"
+            store._db.execute(
+                "INSERT INTO turns(id, session_id, prompt, status, created_at, ord) VALUES (?, ?, 'go', ?, 'now', ?)",
+                (turn_id, session_id, status, ord),
+            )
+            store._db.execute(
+                "INSERT INTO steps(id, session_id, turn_id, status, created_at, ord) VALUES (?, ?, ?, 'succeeded', 'now', 0)",
+                (f"st-{turn_id}", session_id, turn_id),
+            )
+            store._db.execute(
+                "INSERT INTO messages(id, session_id, turn_id, role, created_at, ord) VALUES (?, ?, ?, 'user', 'now', ?)",
+                (f"m-{turn_id}", session_id, turn_id, ord),
+            )
+        store._db.execute("UPDATE sessions SET step_count = ? WHERE id = ?", (settled + 1, session_id))
+
+
+def _run_scoped(operation: str, session_id: str, tx: Transaction) -> Any:
+    return SESSION_SCOPED[operation](tx, session_id)
+
+
+@pytest.mark.parametrize("operation", sorted(SESSION_SCOPED))
+def test_a_session_scoped_read_does_not_grow_with_the_sessions_settled_turns(
+    tmp_path: Path, operation: str
+) -> None:
+    # SQLite's count of virtual machine steps grows with every row or index entry a statement
+    # visits; a seek is one step however deep the index. A step's request index once counted the
+    # session's steps, and the next turn was found among all its turns (design/benchmarks.md).
+    with open_store(str(tmp_path / "plans.sqlite")) as store:
+        _with_settled_turns(store, "short", 1)
+        _with_settled_turns(store, "long", 300)
+        steps: list[int] = []
+        store._db.trace_v2(
+            apsw.SQLITE_TRACE_PROFILE,
+            lambda info: steps.append(info["stmt_status"]["SQLITE_STMTSTATUS_VM_STEP"]),
+        )
+        visited = {}
+        for session_id in ("short", "long"):
+            steps.clear()
+            trio.run(store.write, functools.partial(_run_scoped, operation, session_id))
+            visited[session_id] = sum(steps)
+        store._db.trace_v2(0, None)
+        assert visited["long"] <= visited["short"] + 5, visited
