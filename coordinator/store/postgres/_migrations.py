@@ -200,4 +200,12 @@ def _v4(execute: Callable[[str], Any]) -> None:
     execute("CREATE INDEX turns_unsettled ON turns(session_id, ord) WHERE status != 'settled'")
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4]
+def _v5(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 12: a call's request or form without reading every one of its session.
+    execute(
+        "CREATE INDEX permission_by_call ON permission_requests(session_id, call_id, ord); "
+        "CREATE INDEX forms_by_call ON forms(session_id, call_id, ord);"
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5]

@@ -258,6 +258,17 @@ def _v11(db: apsw.Connection) -> None:
     db.execute("CREATE INDEX turns_unsettled ON turns(session_id, ord) WHERE status != 'settled'")
 
 
+def _v12(db: apsw.Connection) -> None:
+    # A call's request or form, the pending one or the latest (a shutdown's and a restore's look at
+    # each unsettled call), found without reading every request of its session.
+    db.execute(
+        """
+        CREATE INDEX permission_by_call ON permission_requests(session_id, call_id, ord);
+        CREATE INDEX forms_by_call ON forms(session_id, call_id, ord);
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -270,4 +281,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v9,
     _v10,
     _v11,
+    _v12,
 ]

@@ -182,6 +182,10 @@ SESSION_SCOPED: dict[str, Callable[[Transaction, str], Any]] = {
     "history_after": lambda tx, sid: tx.history_after(sid, 10**9),
     "insert_step": lambda tx, sid: tx.insert_step(f"step-{sid}", sid, f"{sid}-running", "now"),
     "insert_message": lambda tx, sid: tx.insert_message(f"m-{sid}", sid, f"{sid}-running", "user", "now"),
+    "permission_of_call, the latest": lambda tx, sid: tx.permission_of_call(sid, "c-0", pending=False),
+    "permission_of_call, pending": lambda tx, sid: tx.permission_of_call(sid, "c-0", pending=True),
+    "form_of_call, the latest": lambda tx, sid: tx.form_of_call(sid, "c-0", pending=False),
+    "form_of_call, pending": lambda tx, sid: tx.form_of_call(sid, "c-0", pending=True),
 }
 
 
@@ -206,6 +210,16 @@ def _with_settled_turns(store: SqliteStore, session_id: str, settled: int) -> No
                 "INSERT INTO messages(id, session_id, turn_id, role, created_at, ord) VALUES (?, ?, ?, 'user', 'now', ?)",
                 (f"m-{turn_id}", session_id, turn_id, ord),
             )
+            # Each turn's call waited on a person once (the calls' ids repeat in no session).
+            for table, columns, values in (
+                ("permission_requests", "action, resource, decision", "'x', 'x', 'once'"),
+                ("forms", "questions, answers", "'[]', '{}'"),
+            ):
+                store._db.execute(
+                    f"INSERT INTO {table}(id, session_id, turn_id, call_id, {columns}, status, created_at, ord) "
+                    f"VALUES (?, ?, ?, ?, {values}, 'replied', 'now', ?)",
+                    (f"{table}-{turn_id}", session_id, turn_id, f"c-{ord}", ord),
+                )
         store._db.execute("UPDATE sessions SET step_count = ? WHERE id = ?", (settled + 1, session_id))
 
 
