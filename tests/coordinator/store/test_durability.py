@@ -284,6 +284,8 @@ async def test_a_commit_nobody_waits_for_is_synced_within_a_millisecond_though_t
     gate = SyncGate(monkeypatch, "process")
     config, _ = marking_config(tmp_path)
     async with running(config, synchronous="full") as (coord, recorder):
+        # The start's own commits first: a sync of theirs still to ask would be a second one below.
+        await coord.store.durable()
         syncs_before = gate.syncs
         spins = 0
 
