@@ -153,9 +153,8 @@ class SqlReader(api.Reader):
 
     def next_turn(self, session_id: str) -> TurnRow | None:
         # A task call's turn is run by that call, never by the session's own actor.
-        # The unfinished turn before the queued ones, then by ord; chosen here rather than by an
-        # ORDER BY, whose temporary B-tree cost SQLite four times the read itself (a turn reads this
-        # twice; a session has at most a few unsettled turns).
+        # The unfinished turn before the queued ones, then by ord; chosen here among the session's
+        # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
         rows = self._all(
             _TURNS + " WHERE session_id = ? AND status != 'settled' AND parent_call_id IS NULL",
             (session_id,),
