@@ -68,6 +68,10 @@ HistoryTail = Callable[[int], Awaitable[tuple[list[StoredMessage], dict[str, str
 CONVERSATIONS_BUDGET_BYTES = 32 * 2**20
 MESSAGE_BYTES = 150
 TOOL_CALL_BYTES = 200
+# What a kept session costs with nothing in it: its record, its list, its place in the table. A
+# session whose first turn is running keeps an empty conversation; without this cost, a server that
+# saw millions of sessions would keep every one of them, none counted against the budget.
+SESSION_BYTES = 300
 
 
 @attrs.define(kw_only=True)
@@ -81,7 +85,8 @@ class SettledConversation:
     messages: list[ChatMessage] = attrs.Factory(list)
     last_ord: int = -1
     epoch: int
-    size: int = 0
+    # The estimated bytes kept: the session's own, its messages', its title's.
+    size: int = SESSION_BYTES
     # The session's title, as the model is sent it (a title never changes): None until a step read it.
     title: str | None = None
 
@@ -163,8 +168,10 @@ class Conversations:
     def keep_title(self, session_id: str, title: str) -> None:
         """Keep the session's title beside its conversation, if one is kept."""
         kept = self._sessions.get(session_id)
-        if kept is not None:
+        if kept is not None and kept.title is None:
             kept.title = title
+            kept.size += len(title)
+            self._size += len(title)
 
     def kept_messages(self, session_id: str) -> int:
         """How many messages of the session's conversation are kept (0 when none is)."""

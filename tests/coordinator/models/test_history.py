@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.models.base import ChatMessage
-from coordinator.models.history import Conversations, estimated_bytes, to_chat
+from coordinator.models.history import SESSION_BYTES, Conversations, estimated_bytes, to_chat
 from coordinator.records import ToolError
 from coordinator.store import SqliteStore, Transaction, open_store
 from coordinator.store.rows import ToolCallRow
@@ -133,6 +133,22 @@ async def test_messages_read_after_what_was_kept_then_are_refused_once_it_change
     assert await conversations.request_messages(tail(store, "s"), "s", epoch=1) == rebuilt(store, "s")
 
 
+async def test_sessions_with_nothing_settled_yet_count_against_the_budget(store: SqliteStore) -> None:
+    """A session's first step keeps an empty conversation: a server that sees one session after
+    another must not keep every one of them."""
+    async with store.transaction() as tx:
+        for n in range(50):
+            tx.insert_session(f"s{n}", "t", "now")
+    conversations = Conversations(budget=10 * SESSION_BYTES)
+    for n in range(50):
+        await conversations.request_messages(tail(store, f"s{n}"), f"s{n}", epoch=1)
+    assert conversations.size == 10 * SESSION_BYTES
+    for n in range(50):
+        conversations.keep_title(f"s{n}", "title")  # kept only beside a kept conversation
+    assert [n for n in range(50) if conversations.title(f"s{n}") is not None] == list(range(40, 50))
+    assert conversations.size == 10 * (SESSION_BYTES + len("title"))
+
+
 async def test_the_title_is_kept_beside_the_conversation_and_dropped_with_it(store: SqliteStore) -> None:
     async with store.transaction() as tx:
         tx.insert_session("s", "t", "now")
@@ -158,7 +174,7 @@ async def test_the_sessions_used_least_recently_are_dropped_beyond_the_budget(st
         for session_id in ("a", "b"):
             tx.insert_session(session_id, "t", "now")
             add_turn(tx, session_id, f"{session_id}1", "settled")
-    one = estimated_bytes(rebuilt(store, "a"))
+    one = SESSION_BYTES + estimated_bytes(rebuilt(store, "a"))
     conversations = Conversations(budget=one + one // 2)
     await conversations.request_messages(tail(store, "a"), "a", epoch=1)
     await conversations.request_messages(tail(store, "b"), "b", epoch=1)
