@@ -370,10 +370,12 @@ class SqlReader(api.Reader):
 
     def logged_lines(self, session_id: str, call_id: str) -> list[str]:
         log, of_call = self.sql.json_text("payload", "log"), self.sql.json_text("payload", "call_id")
+        # From the seq the call began at: a read bounded by the call's life, not the session's.
+        began = "COALESCE((SELECT seq_at_start FROM tool_calls WHERE session_id = ? AND call_id = ?), 0)"
         rows = self._all(
-            f"SELECT {log} FROM events WHERE session_id = ? AND type = 'session.tool.progress' "
-            f"AND {of_call} = ? AND {log} IS NOT NULL ORDER BY seq",
-            (session_id, call_id),
+            f"SELECT {log} FROM events WHERE session_id = ? AND seq > {began} "
+            f"AND type = 'session.tool.progress' AND {of_call} = ? AND {log} IS NOT NULL ORDER BY seq",
+            (session_id, session_id, call_id, call_id),
         )
         return [r[0] for r in rows]
 

@@ -44,6 +44,11 @@ class Connection(Protocol):
         """The highest seq ever given, even if its event was deleted since."""
         ...
 
+    def last_seq_sql(self) -> str:
+        """The SQL expression for ``last_seq`` inside a statement (a lower bound of every seq given
+        after the statement)."""
+        ...
+
     def json_text(self, column: str, key: str) -> str:
         """The SQL expression for the text of top-level ``key`` of the JSON text in ``column``."""
         ...

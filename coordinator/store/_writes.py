@@ -32,7 +32,13 @@ class SqlTransaction(SqlReader, api.Transaction):
         return self.sql.run(query, args)
 
     def _insert_numbered(
-        self, table: str, values: Mapping[str, Any], numbered_by: str | None, key: Any, scope: str
+        self,
+        table: str,
+        values: Mapping[str, Any],
+        numbered_by: str | None,
+        key: Any,
+        scope: str,
+        computed: Mapping[str, str] | None = None,
     ) -> None:
         """Insert a row whose ``ord`` is the next among the rows of ``table`` with the same
         ``numbered_by`` column (None: the whole table). ``scope`` names what the numbering is per (a
@@ -41,11 +47,15 @@ class SqlTransaction(SqlReader, api.Transaction):
 
         One statement: the last ord is the ``MAX`` of an index whose leading column is
         ``numbered_by`` (one lookup in SQLite and PostgreSQL alike), read by the insert itself.
+        ``computed`` maps more columns to SQL expressions of their values.
         """
         self.sql.serialize(scope)
         where, args = ("", ()) if numbered_by is None else (f" WHERE {numbered_by} = ?", (key,))
+        computed = computed or {}
+        columns = ", ".join((*values, *computed))
+        placeholders = ", ".join(("?",) * len(values) + tuple(computed.values()))
         self._run(
-            f"INSERT INTO {table}({', '.join(values)}, ord) VALUES ({', '.join('?' * len(values))}, "
+            f"INSERT INTO {table}({columns}, ord) VALUES ({placeholders}, "
             f"(SELECT COALESCE(MAX(ord) + 1, 0) FROM {table}{where}))",
             (*values.values(), *args),
         )
@@ -181,7 +191,9 @@ class SqlTransaction(SqlReader, api.Transaction):
             "status": call.status,
             "created_at": created_at,
         }
-        self._insert_numbered("tool_calls", row, "turn_id", call.turn_id, call.session_id)
+        # The call's events (``logged_lines``) all come after the seq given last before it began.
+        seq_at_start = {"seq_at_start": self.sql.last_seq_sql()}
+        self._insert_numbered("tool_calls", row, "turn_id", call.turn_id, call.session_id, seq_at_start)
 
     def settle_tool_call(
         self,

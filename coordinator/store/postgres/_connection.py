@@ -94,6 +94,10 @@ class PsycopgConnection:
         row = self._execute("SELECT last FROM event_counter WHERE id = 1", ()).fetchone()
         return 0 if row is None else int(row[0])
 
+    def last_seq_sql(self) -> str:
+        # Read without the counter's lock: at most the last seq given, never above a later one.
+        return "(SELECT last FROM event_counter WHERE id = 1)"
+
     def json_text(self, column: str, key: str) -> str:
         return f"(({column})::jsonb ->> '{key}')"
 

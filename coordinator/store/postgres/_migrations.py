@@ -208,4 +208,9 @@ def _v5(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 13: the last seq given when a call began, where its events are read from.
+    execute("ALTER TABLE tool_calls ADD COLUMN seq_at_start BIGINT")
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]

@@ -75,6 +75,9 @@ class ApswConnection:
         )
         return int(rows[0][0])
 
+    def last_seq_sql(self) -> str:
+        return "(SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events')"
+
     def json_text(self, column: str, key: str) -> str:
         return f"json_extract({column}, '$.{key}')"
 

@@ -269,6 +269,12 @@ def _v12(db: apsw.Connection) -> None:
     )
 
 
+def _v13(db: apsw.Connection) -> None:
+    # The last seq given when a call began: the events of the call (the lines a stopped call keeps)
+    # are read from there, not from the session's first event. NULL for calls begun before.
+    db.execute("ALTER TABLE tool_calls ADD COLUMN seq_at_start INTEGER")
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -282,4 +288,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v10,
     _v11,
     _v12,
+    _v13,
 ]

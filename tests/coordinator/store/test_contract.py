@@ -17,7 +17,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator import errors
+from coordinator import errors, events
 from coordinator.events import Draft
 from coordinator.reasons import Declined, Interrupt, ParentLink
 from coordinator.records import PermissionRequest, ToolError
@@ -224,6 +224,36 @@ async def test_the_running_calls_of_a_turn_are_its_unsettled_ones_in_order(store
         return [c.call_id for c in tx.running_calls_of_turn("t1")]
 
     assert await store.write(calls) == ["c2", "c2.1"]
+
+
+async def test_a_calls_logged_lines_are_its_own_in_the_order_logged(store: Store) -> None:
+    """What a stopped ``execute`` call keeps: its lines only, not a sibling's, nor those of a call
+    with the same id in another session; in the order logged, across transactions. The read starts
+    where the call began (a session never gives a call id twice), so a line before it is not read."""
+
+    def call(session_id: str, call_id: str) -> ToolCallRow:
+        return ToolCallRow(
+            session_id=session_id, call_id=call_id, turn_id=f"{session_id}-t", step_id=None, parent_call_id=None,
+            model_call_id=None, name="execute", input={}, status="running", output=None, error=None,
+            partial=None, progress=None,
+        )  # fmt: skip
+
+    def begin(tx: Transaction) -> None:
+        for session_id in ("s1", "s2"):
+            tx.insert_session(session_id, "t", "now")
+            tx.insert_turn(f"{session_id}-t", session_id, "go", "now")
+            tx.emit(events.tool_progress_log(session_id, "c1", "a line of a call before this one"))
+            tx.insert_tool_call(call(session_id, "c1"), "now")
+        tx.insert_tool_call(call("s1", "c2"), "now")
+
+    await store.write(begin)
+    for n in range(3):
+        await store.write(lambda tx, n=n: tx.emit(events.tool_progress_log("s1", "c1", f"line {n}")))
+        await store.write(lambda tx, n=n: tx.emit(events.tool_progress_log("s1", "c2", f"other {n}")))
+        await store.write(lambda tx, n=n: tx.emit(events.tool_progress_log("s2", "c1", f"elsewhere {n}")))
+    await store.write(lambda tx: tx.emit(events.tool_progress_detail("s1", "c1", {"done": 3})))
+    lines = await store.read(lambda r: (r.logged_lines("s1", "c1"), r.logged_lines("s1", "c2")))
+    assert lines == (["line 0", "line 1", "line 2"], ["other 0", "other 1", "other 2"])
 
 
 async def test_rows_are_numbered_in_the_order_written_and_next_turn_takes_the_unfinished_one_first(

@@ -97,6 +97,31 @@ async def test_an_upgraded_database_goes_on_counting_its_sessions_steps(tmp_path
         assert await store.write(lambda tx: tx.insert_step("st3", "s1", "t1", "now")) == 3
 
 
+async def test_a_call_begun_before_the_upgrade_keeps_its_logged_lines(tmp_path: Path) -> None:
+    """Migration 13 bounds a call's log read by the seq it began at; a call begun before it has none
+    and is read from the session's first event, so a stop after the upgrade keeps every line."""
+    path = tmp_path / "v12.sqlite"
+    connection = apsw.Connection(str(path))
+    connection.execute("PRAGMA journal_mode=WAL")
+    with connection:
+        for number, migrate in enumerate(MIGRATIONS[:12]):
+            migrate(connection)
+            connection.execute(f"PRAGMA user_version={number + 1}")
+        connection.execute("INSERT INTO sessions(id, title, created_at, ord) VALUES ('s1', 't', 'now', 0)")
+        connection.execute(
+            "INSERT INTO tool_calls(session_id, call_id, turn_id, name, input, status, created_at, ord) "
+            "VALUES ('s1', 'c1', 't1', 'execute', '{}', 'running', 'now', 0)"
+        )
+        for line in ("first", "second"):
+            connection.execute(
+                "INSERT INTO events(type, session_id, at, payload) VALUES ('session.tool.progress', 's1', 'now', ?)",
+                (json.dumps({"call_id": "c1", "log": line}),),
+            )
+    connection.close()
+    with open_store(str(path)) as store:
+        assert store.read.logged_lines("s1", "c1") == ["first", "second"]
+
+
 async def test_a_prune_gives_the_space_it_freed_back_to_the_file_system(tmp_path: Path) -> None:
     """After a large prune the file must shrink, not only keep free pages: an operator who turned
     retention on to save disk must see the disk saved."""

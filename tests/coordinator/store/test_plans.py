@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -186,6 +187,7 @@ SESSION_SCOPED: dict[str, Callable[[Transaction, str], Any]] = {
     "permission_of_call, pending": lambda tx, sid: tx.permission_of_call(sid, "c-0", pending=True),
     "form_of_call, the latest": lambda tx, sid: tx.form_of_call(sid, "c-0", pending=False),
     "form_of_call, pending": lambda tx, sid: tx.form_of_call(sid, "c-0", pending=True),
+    "logged_lines": lambda tx, sid: tx.logged_lines(sid, "c-running"),
 }
 
 
@@ -219,6 +221,19 @@ def _with_settled_turns(store: SqliteStore, session_id: str, settled: int) -> No
                     f"INSERT INTO {table}(id, session_id, turn_id, call_id, {columns}, status, created_at, ord) "
                     f"VALUES (?, ?, ?, ?, {values}, 'replied', 'now', ?)",
                     (f"{table}-{turn_id}", session_id, turn_id, f"c-{ord}", ord),
+                )
+            # Each turn's call began, then logged lines (a settled turn's are never read again).
+            call_id = f"c-{ord}" if ord < settled else "c-running"
+            store._db.execute(
+                "INSERT INTO tool_calls(session_id, call_id, turn_id, name, input, status, created_at, ord, "
+                "seq_at_start) VALUES (?, ?, ?, 'execute', '{}', 'running', 'now', 0, "
+                "(SELECT seq FROM sqlite_sequence WHERE name = 'events'))",
+                (session_id, call_id, turn_id),
+            )
+            for line in range(3):
+                store._db.execute(
+                    "INSERT INTO events(type, session_id, at, payload) VALUES ('session.tool.progress', ?, 'now', ?)",
+                    (session_id, json.dumps({"call_id": call_id, "log": f"line {line}"})),
                 )
         store._db.execute("UPDATE sessions SET step_count = ? WHERE id = ?", (settled + 1, session_id))
 
