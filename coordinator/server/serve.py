@@ -112,8 +112,17 @@ async def _run_http(  # noqa: ASYNC128 (started by hypercorn via task_status)
         stopped.set()
 
 
+KEEP_ALIVE_SECONDS = 75.0
+"""Seconds an idle keep-alive connection stays open. A client reuses an idle connection until its own
+expiry (httpx: 5 s, a reverse proxy's upstream pool: often 60 s): if the server closed it at that same
+moment, the request sent on it gets no answer ("Server disconnected without sending a response"),
+and the client cannot tell whether it ran. Outlasting every common expiry, the client side always
+closes first. Hypercorn's own default is 5 s, exactly httpx's."""
+
+
 def _hypercorn_config(config: Config) -> HypercornConfig:
     hypercorn = HypercornConfig()
+    hypercorn.keep_alive_timeout = KEEP_ALIVE_SECONDS
     host = config.server.host
     hypercorn.bind = [f"[{host}]:{config.server.port}" if ":" in host else f"{host}:{config.server.port}"]
     hypercorn.graceful_timeout = config.server.shutdown_grace
