@@ -44,6 +44,9 @@ _TURNS = f"SELECT {TURN_ROW.select} FROM turns"
 _CALLS = f"SELECT {TOOL_CALL_ROW.select} FROM tool_calls"
 _PERMISSIONS = f"SELECT {PERMISSION_ROW.select} FROM permission_requests"
 _FORMS = f"SELECT {FORM_ROW.select} FROM forms"
+# ``parked != 0`` is the partial index's own condition (``turns_parked``): a query uses that index
+# only when its WHERE says so itself.
+_PARKED = "SELECT id FROM turns WHERE parked != 0 AND parked = ?"
 _TURN_STATUS, _TURN_ORD = TURN_ROW.columns.index("status"), TURN_ROW.columns.index("ord")
 
 
@@ -175,24 +178,26 @@ class SqlReader(api.Reader):
 
     def sessions_with_queued_turns(self) -> list[str]:
         rows = self._all(
-            "SELECT session_id FROM turns WHERE status = 'queued' AND parent_call_id IS NULL "
-            "AND session_id NOT IN (SELECT session_id FROM claims WHERE state != 'released') "
+            # A claim is looked up by its session for each queued turn: a NOT IN of every claim not
+            # released read every claim ever made (one a session) whenever a turn was queued.
+            "SELECT session_id FROM turns t WHERE status = 'queued' AND parent_call_id IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.session_id = t.session_id AND c.state != 'released') "
             "GROUP BY session_id ORDER BY MIN(rowid)"
         )
         return [r[0] for r in rows]
 
     def resume_asked_turn_ids(self) -> set[str]:
-        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 2")}
+        return {r[0] for r in self._all(_PARKED, (2,))}
 
     def parked_turn_ids(self) -> set[str]:
-        return {r[0] for r in self._all("SELECT id FROM turns WHERE parked = 1")}
+        return {r[0] for r in self._all(_PARKED, (1,))}
 
     def is_parked(self, turn_id: str) -> bool:
         return self._one("SELECT 1 FROM turns WHERE id = ? AND parked = 1", (turn_id,)) is not None
 
     def parked_turn(self, session_id: str) -> TurnRow | None:
         return TURN_ROW.load_or_none(
-            self._one(_TURNS + " WHERE session_id = ? AND parked = 1", (session_id,))
+            self._one(_TURNS + " WHERE parked != 0 AND session_id = ? AND parked = 1", (session_id,))
         )
 
     def interruptible_turn(self, session_id: str) -> TurnRow | None:

@@ -275,6 +275,12 @@ def _v13(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE tool_calls ADD COLUMN seq_at_start INTEGER")
 
 
+def _v14(db: apsw.Connection) -> None:
+    # The parked turns (at most a few), found without reading every turn ever run: the watch reads
+    # them every second, and a read of the whole table grew with the store's age.
+    db.execute("CREATE INDEX turns_parked ON turns(parked, id) WHERE parked != 0")
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -289,4 +295,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v11,
     _v12,
     _v13,
+    _v14,
 ]
