@@ -214,8 +214,12 @@ def _v6(execute: Callable[[str], Any]) -> None:
 
 
 def _v7(execute: Callable[[str], Any]) -> None:
-    # As SQLite's version 14: the parked turns, without reading every turn.
-    execute("CREATE INDEX turns_parked ON turns(parked, id) WHERE parked != 0")
+    # As SQLite's version 14: the parked turns, the pending requests and forms, without reading all.
+    execute(
+        "CREATE INDEX turns_parked ON turns(parked, id) WHERE parked != 0; "
+        "CREATE INDEX permission_pending ON permission_requests(ord) WHERE status = 'pending'; "
+        "CREATE INDEX forms_pending ON forms(ord) WHERE status = 'pending';"
+    )
 
 
 MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]

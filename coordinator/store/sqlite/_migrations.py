@@ -276,9 +276,16 @@ def _v13(db: apsw.Connection) -> None:
 
 
 def _v14(db: apsw.Connection) -> None:
-    # The parked turns (at most a few), found without reading every turn ever run: the watch reads
-    # them every second, and a read of the whole table grew with the store's age.
-    db.execute("CREATE INDEX turns_parked ON turns(parked, id) WHERE parked != 0")
+    # The parked turns and the pending requests and forms (at most a few of each), found without
+    # reading every one ever made: the watch reads the parked turns every second, a client lists
+    # the pending requests, and a read of the whole table grew with the store's age.
+    db.execute(
+        """
+        CREATE INDEX turns_parked ON turns(parked, id) WHERE parked != 0;
+        CREATE INDEX permission_pending ON permission_requests(ord) WHERE status = 'pending';
+        CREATE INDEX forms_pending ON forms(ord) WHERE status = 'pending';
+        """
+    )
 
 
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [

@@ -305,3 +305,25 @@ def test_the_watchs_look_every_second_does_not_grow_with_the_turns_and_sessions_
             assert (view.parked, view.asked, view.queued) == ({"s0-running"}, {"s1-running"}, ["s2"])
             visited[old] = sum(steps)
     assert visited[300] <= visited[1] + 5, visited
+
+
+@pytest.mark.parametrize("listing", ["pending_permissions", "pending_forms"])
+def test_the_pending_waits_are_listed_without_reading_the_settled_ones(tmp_path: Path, listing: str) -> None:
+    # GET /api/permission lists every pending request of the server: it read every request ever
+    # made, 12 ms at 100,000 (migration 14).
+    visited = {}
+    for old in (1, 300):
+        with open_store(str(tmp_path / f"{listing}-{old}.sqlite")) as store:
+            _with_settled_turns(store, "s", old)
+            table = "permission_requests" if listing == "pending_permissions" else "forms"
+            store._db.execute(f"UPDATE {table} SET status = 'pending' WHERE turn_id = 's-running'")
+            steps: list[int] = []
+            store._db.trace_v2(
+                apsw.SQLITE_TRACE_PROFILE,
+                lambda info, steps=steps: steps.append(info["stmt_status"]["SQLITE_STMTSTATUS_VM_STEP"]),
+            )
+            pending = getattr(store.read, listing)()
+            store._db.trace_v2(0, None)
+            assert [wait.id for wait in pending] == [f"{table}-s-running"]
+            visited[old] = sum(steps)
+    assert visited[300] <= visited[1] + 5, visited
