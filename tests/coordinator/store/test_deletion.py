@@ -42,6 +42,18 @@ async def test_deleting_the_newest_events_never_gives_their_seq_again(tmp_path: 
         assert event.seq == 4
 
 
+def _database_at(path: Path, version: int | None = None) -> apsw.Connection:
+    """A WAL database migrated to ``version`` (all: None) the way an earlier release left it, with
+    no ``auto_vacuum``; the caller writes its rows, then closes it."""
+    connection = apsw.Connection(str(path))
+    connection.execute("PRAGMA journal_mode=WAL")
+    with connection:
+        for number, migrate in enumerate(MIGRATIONS[:version]):
+            migrate(connection)
+            connection.execute(f"PRAGMA user_version={number + 1}")
+    return connection
+
+
 def test_a_new_database_gives_freed_pages_back_incrementally(tmp_path: Path) -> None:
     """``auto_vacuum`` can only be chosen before the first table: a new database must have it."""
     with open_store(str(tmp_path / "new.sqlite")):
@@ -53,12 +65,8 @@ def test_a_database_made_without_auto_vacuum_is_converted_once_at_open(tmp_path:
     """A database written before this release is rewritten (VACUUM) the first time it is opened, its
     rows kept; the next opens find it converted."""
     path = tmp_path / "old.sqlite"
-    connection = apsw.Connection(str(path))
-    connection.execute("PRAGMA journal_mode=WAL")
+    connection = _database_at(path)
     with connection:
-        for number, migrate in enumerate(MIGRATIONS):
-            migrate(connection)
-            connection.execute(f"PRAGMA user_version={number + 1}")
         connection.execute(
             "INSERT INTO sessions(id, title, last_outcome, created_at, ord) VALUES ('s1', 'kept', NULL, 'now', 0)"
         )
@@ -76,12 +84,8 @@ async def test_an_upgraded_database_goes_on_counting_its_sessions_steps(tmp_path
     """Migration 10 counts the steps a session already has: the next step's request index goes on
     from there (a scripted model's script stays in step), it does not start again at 0."""
     path = tmp_path / "v9.sqlite"
-    connection = apsw.Connection(str(path))
-    connection.execute("PRAGMA journal_mode=WAL")
+    connection = _database_at(path, 9)
     with connection:
-        for number, migrate in enumerate(MIGRATIONS[:9]):
-            migrate(connection)
-            connection.execute(f"PRAGMA user_version={number + 1}")
         connection.execute("INSERT INTO sessions(id, title, created_at, ord) VALUES ('s1', 't', 'now', 0)")
         connection.execute(
             "INSERT INTO turns(id, session_id, prompt, status, created_at, ord) VALUES ('t1', 's1', 'go', 'settled', 'now', 0)"
@@ -101,12 +105,8 @@ async def test_a_call_begun_before_the_upgrade_keeps_its_logged_lines(tmp_path: 
     """Migration 13 bounds a call's log read by the seq it began at; a call begun before it has none
     and is read from the session's first event, so a stop after the upgrade keeps every line."""
     path = tmp_path / "v12.sqlite"
-    connection = apsw.Connection(str(path))
-    connection.execute("PRAGMA journal_mode=WAL")
+    connection = _database_at(path, 12)
     with connection:
-        for number, migrate in enumerate(MIGRATIONS[:12]):
-            migrate(connection)
-            connection.execute(f"PRAGMA user_version={number + 1}")
         connection.execute("INSERT INTO sessions(id, title, created_at, ord) VALUES ('s1', 't', 'now', 0)")
         connection.execute(
             "INSERT INTO tool_calls(session_id, call_id, turn_id, name, input, status, created_at, ord) "
