@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 import pytest
+import trio
 
 from tests.conftest import running
 from tests.scenarios.test_kept_conversation import CheckingModel, Driver, config_for
@@ -33,7 +34,7 @@ async def _steps_a_run(folder: Path, old_sessions: int) -> dict[str, float]:
     """Every kind of turn in a new session, after ``old_sessions`` sessions ran every kind: the VM
     steps of each statement the coordinator ran meanwhile, on average a run (the watch's look runs
     as often as the clock moves, so totals are not compared)."""
-    folder.mkdir()
+    await trio.Path(folder).mkdir()
     config = config_for(folder)
     model = CheckingModel(db_path=config.server.db)
     steps: collections.Counter[str] = collections.Counter()
