@@ -379,16 +379,9 @@ async def apply_remote_decisions(runtime: Runtime) -> None:
 def _committed_decisions(
     reader: Reader, turn_ids: list[str], wait_ids: list[str]
 ) -> tuple[list[TurnRow], dict[str, Any]]:
-    """The live turns as stored, and the answers stored for live waits (a reply, a form's answer)."""
-    rows = [row for row in (reader.get_turn(turn_id) for turn_id in turn_ids) if row is not None]
-    answers: dict[str, Any] = {}
-    for wait_id in wait_ids:
-        request = reader.get_permission(wait_id)
-        if request is not None and request.status == "replied" and request.decision is not None:
-            row = reader.permission_wait_row(wait_id)
-            answers[wait_id] = _replied(request.decision, None if row is None else row.message)
-            continue
-        form = reader.get_form(wait_id)
-        if form is not None and form.status in ("submitted", "cancelled"):
-            answers[wait_id] = form
-    return rows, answers
+    """The live turns whose stop is committed, and the answers stored for live waits (a reply, a
+    form's answer): a few statements however many turns and waits run here."""
+    replied, settled = reader.decided_waits(wait_ids)
+    answers: dict[str, Any] = {form.id: form for form in settled}
+    answers |= {wait_id: _replied(decision, message) for wait_id, (decision, message) in replied.items()}
+    return reader.stopping_turns(turn_ids), answers

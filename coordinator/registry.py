@@ -64,7 +64,7 @@ class Registry:
         policy; a stop decided before the crash is settled either way. Returns the session ids started.
         A turn whose owner is alive (another process) is left alone.
         """
-        found = await self._runtime.store.read(_recovery_view)
+        found = await self._runtime.store.read(functools.partial(_recovery_view, me=liveness.me.id))
         manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
         for turn, claim, owner in found.unfinished:
@@ -194,14 +194,10 @@ class _RecoveryView:
     queued: list[str]
 
 
-def _recovery_view(reader: Reader) -> _RecoveryView:
-    unfinished = []
-    for turn in reader.unfinished_turns():
-        claim = reader.get_claim(turn.session_id)
-        owner = None if claim is None or claim.owner is None else reader.get_instance(claim.owner)
-        unfinished.append((turn, claim, owner))
+def _recovery_view(reader: Reader, me: str) -> _RecoveryView:
     return _RecoveryView(
-        unfinished=unfinished,
+        # The turns whose claim ``me`` holds are left out: their owner lives (``_takeover_of``).
+        unfinished=reader.unfinished_turns_with_owners(me),
         now=reader.clock(),
         parked=reader.parked_turn_ids(),
         asked=reader.resume_asked_turn_ids(),

@@ -70,6 +70,17 @@ class Reader(Protocol):
         turn is not among them (its parent's resume runs it, inside that call)."""
         ...
 
+    def unfinished_turns_with_owners(
+        self, me: str
+    ) -> list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]:
+        """``unfinished_turns`` with each one's claim and the claim's owner, leaving out the turns
+        whose claim instance ``me`` holds while it lives (not stopped): what the watch looks at."""
+        ...
+
+    def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
+        """Those of ``turn_ids`` whose stop is committed (status stopping)."""
+        ...
+
     def sessions_with_queued_turns(self) -> list[str]:
         """Sessions with a queued turn and no held or suspended claim (those run it themselves)."""
         ...
@@ -138,6 +149,11 @@ class Reader(Protocol):
     # permission requests, rules, forms
     def get_permission(self, request_id: str) -> PermissionRequest | None: ...
     def permission_wait_row(self, request_id: str) -> WaitRow | None: ...
+    def decided_waits(self, wait_ids: list[str]) -> tuple[dict[str, tuple[str, str | None]], list[Form]]:
+        """Of ``wait_ids``, the requests replied (id: decision and message) and the forms submitted
+        or cancelled."""
+        ...
+
     def pending_permissions(
         self, session_id: str | None = None, turn_id: str | None = None, session_ids: list[str] | None = None
     ) -> list[PermissionRequest]:

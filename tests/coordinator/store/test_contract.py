@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from coordinator import errors, events
 from coordinator.events import Draft
 from coordinator.reasons import Declined, Interrupt, ParentLink
-from coordinator.records import PermissionRequest, ToolError
+from coordinator.records import Form, PermissionRequest, ToolError
 from coordinator.store import Store, Transaction, open_read_view, open_store
-from coordinator.store.rows import ToolCallRow
+from coordinator.store.rows import InstanceRow, ToolCallRow
 from coordinator.store.sqlite import APSW_ERRORS_MAPPED, map_apsw_errors
 from tests.backends import backend, db_for, postgres_database
 
@@ -279,6 +279,81 @@ async def test_rows_are_numbered_in_the_order_written_and_next_turn_takes_the_un
     assert await store.write(queue) == ["t1", "t3", "t1", "t2", None]
     turns = [await store.read(lambda r, t=t: r.get_turn(t)) for t in ("t1", "t2", "t3", "t0")]
     assert [turn.ord for turn in turns if turn is not None] == [0, 1, 2, 3]
+
+
+def _instance(instance_id: str) -> InstanceRow:
+    return InstanceRow(id=instance_id, host="h", pid=1, boot_id="b", heartbeat=0.0, stopped=False)
+
+
+async def test_the_watch_reads_the_unfinished_turns_others_own_with_their_claims_and_owners(
+    store: Store,
+) -> None:
+    """One statement for what was a claim and an instance read a turn (the watch's look, every
+    second): the same rows, less the turns whose claim this instance holds while it lives."""
+
+    def setup(tx: Transaction) -> None:
+        for instance in ("me", "other"):
+            tx.register_instance(_instance(instance), "now")
+        for session_id, status, owner in (
+            ("mine", "running", "me"),
+            ("theirs", "running", "other"),
+            ("kept", "suspended", "me"),
+            ("unclaimed", "running", None),
+            ("done", "settled", "other"),
+        ):
+            tx.insert_session(session_id, "t", "now")
+            tx.insert_turn(f"{session_id}-t", session_id, "go", "now")
+            tx.set_turn_status(f"{session_id}-t", status)
+            if owner is not None:
+                tx.acquire_claim(session_id, owner, "now", takeover_from=None)
+        tx.set_claim_state("kept", "suspended")
+        tx.insert_turn("task-t", "theirs", "go", "now", task=ParentLink(session_id="p", call_id="c"))
+        tx.set_turn_status("task-t", "running")
+
+    def looked(reader: Any) -> tuple[list[str], bool]:
+        found = reader.unfinished_turns_with_owners("me")
+        same = all(
+            claim == reader.get_claim(turn.session_id)
+            and owner == (None if claim is None else reader.get_instance(claim.owner))
+            for turn, claim, owner in found
+        )
+        return [turn.session_id for turn, _, _ in found], same
+
+    await store.write(setup)
+    assert await store.read(looked) == (["theirs", "kept", "unclaimed"], True)
+    await store.write(lambda tx: tx.mark_instance_stopped("me"))
+    assert await store.read(looked) == (["mine", "theirs", "kept", "unclaimed"], True)
+
+
+async def test_the_watch_reads_only_the_decisions_committed_for_what_runs_here(store: Store) -> None:
+    """Of the live turns and waits, the turns whose stop is committed and the waits answered (by
+    another process): what the watch applies, in a few statements however many run here."""
+
+    def setup(tx: Transaction) -> None:
+        a_session_with_a_turn(tx)
+        tx.insert_turn("t2", "s1", "go", "now")
+        for turn_id in ("t1", "t2"):
+            tx.set_turn_status(turn_id, "running")
+        assert tx.record_stop_intent("t2", Interrupt.by_person("api"))
+        for request_id in ("r1", "r2", "r3"):
+            tx.insert_permission(_request(request_id), "t1", None)
+        tx.reply_permission("r1", "once", None)
+        tx.reply_permission("r3", "reject", "not this one")
+        for form_id in ("f1", "f2", "f3"):
+            form = Form(
+                id=form_id, session_id="s1", call_id="c1", questions=[], status="pending", created_at="now"
+            )
+            tx.insert_form(form, "t1", None)
+        tx.settle_form("f1", "submitted", answers={"q": "yes"})
+        tx.settle_form("f3", "cancelled")
+
+    await store.write(setup)
+    waits = ["r1", "r2", "r3", "f1", "f2", "f3", "gone"]
+    replied, forms = await store.read(lambda r: r.decided_waits(waits))
+    assert replied == {"r1": ("once", None), "r3": ("reject", "not this one")}
+    assert [(form.id, form.status) for form in forms] == [("f1", "submitted"), ("f3", "cancelled")]
+    stopping = await store.read(lambda r: r.stopping_turns(["t1", "t2", "gone"]))
+    assert [(turn.id, turn.stop_reason) for turn in stopping] == [("t2", Interrupt.by_person("api"))]
 
 
 def _request(request_id: str) -> PermissionRequest:
