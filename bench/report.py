@@ -75,6 +75,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="interrupt_p99_ms_loaded", workload="interrupt() -> session.idle (FULL), the other core busy", unit="ms", target=10, higher_is_better=False),
     Figure(key="decline_p99_ms_loaded", workload="reply(reject) -> session.idle (FULL), the other core busy", unit="ms", target=10, higher_is_better=False),
     Figure(key="busy_session_kib", workload="RSS per session waiting on a permission", unit="KiB", target=32, higher_is_better=False),
+    Figure(key="watch_look_ms", workload="the watch's look (every second), 1,000 sessions waiting", unit="ms", higher_is_better=False),
     Figure(key="shutdown_1000_s", workload="graceful shutdown of 1,000 waits (FULL)", unit="s", target=2, higher_is_better=False),
     Figure(key="shutdown_1000_s_normal", workload="the same, NORMAL", unit="s", higher_is_better=False),
     Figure(key="restore_1000_s", workload="restart restoring 1,000 waits (FULL)", unit="s", target=2, higher_is_better=False),

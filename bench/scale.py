@@ -5,12 +5,14 @@ by what earlier workloads left in the allocator; FULL runs first, and only it re
 call waits on a permission. Measured: the RSS growth per busy session; a graceful shutdown of them
 all (every turn suspended, every wait kept); and the restart that restores them (every request
 re-published, ``restored: true``, at a subscriber). Shutdown and restore are repeated ``restarts``
-times on the same database.
+times on the same database. While they wait (FULL): the CPU of one look of the registry's watch,
+which runs every second on the trio thread and must not grow with the turns and waits it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -31,9 +33,10 @@ from bench.harness import (
     quiet_logging,
     rss_kib,
 )
-from coordinator import Coordinator, open_coordinator
+from coordinator import Coordinator, decisions, open_coordinator
 from coordinator.config import Config
 from coordinator.models.scripted import ScriptedModel
+from coordinator.registry import _recovery_view
 
 WAIT_SCRIPT = [{"tool_calls": [noop_call("call_waits")]}]
 
@@ -46,7 +49,7 @@ def child_env() -> dict[str, str]:
 
 
 async def measure_scale(workdir: Path, sizes: Sizes) -> dict[str, float]:
-    """``busy_session_kib``, ``shutdown_1000_s`` and ``restore_1000_s`` (and ``*_normal``), in a fresh
+    """``busy_session_kib``, ``watch_look_ms``, ``shutdown_1000_s`` and ``restore_1000_s`` (and ``*_normal``), in a fresh
     child process: FULL first, so that its RSS reading starts from a clean allocator."""
     command = [
         sys.executable, "-m", "bench.scale", "--workdir", str(workdir),
@@ -66,8 +69,24 @@ async def _start_waits(coordinator: Coordinator, watcher: TurnWatcher, count: in
     await watcher.wait_count("permission.asked", already + count)
 
 
-async def _busy_then_shutdown(config: Config, mode: str, sessions: int) -> tuple[float, float, int]:
-    """Start the busy sessions; returns (RSS KiB per session, shutdown seconds, last seq)."""
+WATCH_LOOKS = 20
+
+
+async def _watch_look_ms(coordinator: Coordinator) -> float:
+    """Thread CPU ms of one look of the registry's watch (every second, on the trio thread): the
+    turns to take over, then the decisions other processes committed for what runs here."""
+    runtime = coordinator._runtime
+    look = functools.partial(_recovery_view, me=coordinator.instance_id)
+    started = time.thread_time()
+    for _ in range(WATCH_LOOKS):
+        await coordinator.store.read(look)
+        await decisions.apply_remote_decisions(runtime)
+    return (time.thread_time() - started) / WATCH_LOOKS * 1000
+
+
+async def _busy_then_shutdown(config: Config, mode: str, sessions: int) -> tuple[float, float, float, int]:
+    """Start the busy sessions; returns (RSS KiB per session, the watch's look in ms, shutdown
+    seconds, last seq)."""
     async with open_coordinator(
         config, model=ScriptedModel.from_json(WAIT_SCRIPT), synchronous=mode
     ) as coord:
@@ -85,10 +104,11 @@ async def _busy_then_shutdown(config: Config, mode: str, sessions: int) -> tuple
             await _start_waits(coord, watcher, sessions)
             gc.collect()
             per_session = (rss_kib() - before) / sessions
+            look = await _watch_look_ms(coord)
             started = time.perf_counter()
             await coord.shutdown()
         last_seq = coord.store.read.last_seq()
-    return per_session, time.perf_counter() - started, last_seq
+    return per_session, look, time.perf_counter() - started, last_seq
 
 
 async def _restore_then_shutdown(
@@ -119,7 +139,7 @@ async def _run(workdir: Path, sessions: int, restarts: int) -> dict[str, float]:
 
 async def _run_mode(workdir: Path, mode: str, sessions: int, restarts: int) -> dict[str, float]:
     config = bench_config(workdir, f"scale-{mode}.sqlite", rules=NOOP_ASKS)
-    per_session, shutdown, last_seq = await _busy_then_shutdown(config, mode, sessions)
+    per_session, look, shutdown, last_seq = await _busy_then_shutdown(config, mode, sessions)
     shutdowns, restores = [shutdown], []
     for _ in range(restarts):
         restored, shutdown, last_seq = await _restore_then_shutdown(config, mode, sessions, last_seq)
@@ -129,6 +149,7 @@ async def _run_mode(workdir: Path, mode: str, sessions: int, restarts: int) -> d
     figures = {f"shutdown_1000_s{suffix}": median(shutdowns), f"restore_1000_s{suffix}": median(restores)}
     if mode == "full":
         figures["busy_session_kib"] = per_session
+        figures["watch_look_ms"] = look
     return figures
 
 
