@@ -180,13 +180,6 @@ class SqlReader(api.Reader):
             self._one(_TURNS + " WHERE session_id = ? AND status = 'running'", (session_id,))
         )
 
-    def unfinished_turns(self) -> list[TurnRow]:
-        rows = self._all(
-            _TURNS + " WHERE status IN ('running', 'stopping', 'suspended') AND parent_call_id IS NULL "
-            "ORDER BY rowid"
-        )
-        return [TURN_ROW.load(r) for r in rows]
-
     def unfinished_turns_with_owners(
         self, me: str
     ) -> list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]:

@@ -65,16 +65,13 @@ class Reader(Protocol):
         ...
 
     def running_turn(self, session_id: str) -> TurnRow | None: ...
-    def unfinished_turns(self) -> list[TurnRow]:
-        """Turns a previous process left running, stopping or suspended, oldest first; a task call's
-        turn is not among them (its parent's resume runs it, inside that call)."""
-        ...
-
     def unfinished_turns_with_owners(
         self, me: str
     ) -> list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]:
-        """``unfinished_turns`` with each one's claim and the claim's owner, leaving out the turns
-        whose claim instance ``me`` holds while it lives (not stopped): what the watch looks at."""
+        """Turns a previous process left running, stopping or suspended, oldest first, each with its
+        claim and the claim's owner, leaving out the turns whose claim instance ``me`` holds while it
+        lives (not stopped): what the watch looks at. A task call's turn is not among them (its
+        parent's resume runs it, inside that call)."""
         ...
 
     def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
