@@ -186,17 +186,24 @@ class Subscription:
             live.wakeup = trio.Event()
             await live.wakeup.wait()
 
-    async def next_batch(self, limit: int) -> list[Event]:
+    async def next_batch(self, limit: int, *, gather_passes: int = 0) -> list[Event]:
         """The next events at hand, at least one and at most ``limit``; empty once the bus closed.
 
         Waits only while none is at hand, so a slow reader gets everything queued meanwhile in one
-        batch (the SSE stream writes a batch as one chunk). **Cancellation:** safe, as ``__anext__``.
+        batch (the SSE stream writes a batch as one chunk). With ``gather_passes``, once the first
+        event is at hand, trio's loop runs that many more passes (each runnable task a step) before
+        the rest is taken: what the coordinator publishes meanwhile joins the batch.
+
+        **Cancellation:** safe, as ``__anext__``; once the first event is taken, the batch is returned.
         """
         batch: list[Event] = []
         try:
             batch.append(await self.__anext__())
         except StopAsyncIteration:
             return batch
+        for _ in range(gather_passes):
+            # A schedule point, not a cancellation point: the first event is delivered already.
+            await trio.lowlevel.cancel_shielded_checkpoint()
         while len(batch) < limit and (event := self._next_nowait()) is not None:
             self._delivered(event)
             batch.append(event)

@@ -34,6 +34,12 @@ REPLAY_PAGE = 500
 BATCH_EVENTS = 500
 """At most this many events in one chunk of a live stream."""
 
+GATHER_PASSES = 6
+"""Passes of trio's loop a live stream lets run once an event is at hand, before it writes the
+batch. A pass runs every runnable task a step, so it lasts longer the more streams are writing: a
+lone stream waits microseconds, a hundred about as long as a sync, and each of them writes half as
+often (a write costs the server about 100 µs of CPU in hypercorn: design/benchmarks.md)."""
+
 MAX_SEQ = 2**63 - 1
 """The largest seq the store can hold (a signed 64-bit integer)."""
 
@@ -114,7 +120,7 @@ class EventStream:
             while True:
                 batch: list[Event] | None = None
                 with trio.move_on_after(self.keepalive):  # the wait only: a slow send is not cut
-                    batch = await subscription.next_batch(BATCH_EVENTS)
+                    batch = await subscription.next_batch(BATCH_EVENTS, gather_passes=GATHER_PASSES)
                 if batch is None:
                     await _send_body(send, KEEPALIVE_COMMENT)
                 elif batch:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.bus import Bus, Subscription
-from coordinator.events import Draft
+from coordinator.events import Draft, Event
 from coordinator.store import SqliteStore, open_store
 
 
@@ -80,6 +80,42 @@ async def test_a_subscriber_that_falls_behind_catches_up_from_the_store(tmp_path
         bus.close()
         rest = [event.seq async for event in subscription]
         assert [first.seq, *rest] == list(range(1, 22))
+
+
+async def test_a_batch_gathers_what_the_next_passes_publish_and_what_comes_later_waits(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """With ``gather_passes``, what is published in the loop's passes after the first event joins its
+    batch; what comes once they have run goes into the next batch. Passes, not time: the clock here
+    never moves, and a batch that waited on it would never come."""
+    with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
+        bus = Bus(store, store.read.last_seq())
+        committed: list[Event] = []
+        store.on_commit(committed.extend)  # published by hand below, at chosen passes
+        subscription = bus.subscribe(after=0)
+        batches: list[list[int | None]] = []
+
+        async def read_two() -> None:
+            for _ in range(2):
+                batch = await subscription.next_batch(100, gather_passes=4)
+                batches.append([event.seq for event in batch])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_two)
+            await trio.testing.wait_all_tasks_blocked()  # attached live, waiting
+            for _ in range(6):
+                await commit(store, 1)
+            bus.publish(committed[0:1])
+            for event in committed[1:3]:  # one pass apart: inside the first event's four
+                await trio.lowlevel.checkpoint()
+                bus.publish([event])
+            for _ in range(8):  # the batch is taken, whichever order each pass ran its tasks in
+                await trio.lowlevel.checkpoint()
+            for event in committed[3:]:
+                bus.publish([event])
+                await trio.lowlevel.checkpoint()
+        assert batches == [[1, 2, 3], [4, 5, 6]]
+        assert trio.current_time() == 0
 
 
 async def test_a_session_subscription_sees_only_that_session(tmp_path: Path) -> None:
