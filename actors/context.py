@@ -108,9 +108,14 @@ class StreamedText(Protocol):
         ...
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, repr=False)
 class Runtime:
-    """The coordinator's parts, shared by every actor of one coordinator."""
+    """The coordinator's parts, shared by every actor of one coordinator.
+
+    Its repr is a line: every actor's frame holds it, and an error's traceback that renders the
+    frames' locals (structlog's, with or without rich) would otherwise render the whole coordinator
+    (its config, its tools, every running turn) once a frame, for seconds on the trio thread.
+    """
 
     store: Store
     bus: Bus
@@ -139,6 +144,9 @@ class Runtime:
     # builds the runtime: the turn runs the very tool calls that need it). None: no sub-agents here.
     run_turn: TurnRunner | None = None
 
+    def __repr__(self) -> str:
+        return f"Runtime(instance_id={self.instance_id!r}, turns={len(self.turns)}, closing={self.closing})"
+
 
 @attrs.define(kw_only=True, eq=False)
 class TurnScope:
@@ -147,7 +155,7 @@ class TurnScope:
     Registered in ``Runtime.turns`` while it runs, so the reply and interrupt paths can stop it.
     """
 
-    runtime: Runtime
+    runtime: Runtime = attrs.field(repr=False)  # reprs stay a line (``Runtime``)
     session_id: str
     turn_id: str
     epoch: int
@@ -159,7 +167,7 @@ class TurnScope:
     span: ActorSpan = NO_SPAN
     # The turn's nursery, owned by the session actor, for a step's background helper: the delta
     # flusher of a streaming step (``actors/step_text.py``), which the step cancels as its stream ends.
-    background: trio.Nursery | None = None
+    background: trio.Nursery | None = attrs.field(default=None, repr=False)
     settling: bool = False
     live_waits: int = 0
     # Calls of a resumed turn whose kept wait is not re-opened yet: they count as live waits.
@@ -169,10 +177,10 @@ class TurnScope:
     waiting_calls: set[str] = attrs.Factory(set)
     # The settlements a stop's cleanups left for the turn's own last transaction, in the order the
     # cleanups ran: children before parents (``settle``).
-    deferred: list[Callable[[Transaction], object]] = attrs.Factory(list)
+    deferred: list[Callable[[Transaction], object]] = attrs.field(factory=list, repr=False)
     # Writes nothing waits for, carried by the turn's next transaction (``carry``).
-    carried: list[Callable[[Transaction], object]] = attrs.Factory(list)
-    _waits_changed: trio.Event = attrs.Factory(trio.Event)
+    carried: list[Callable[[Transaction], object]] = attrs.field(factory=list, repr=False)
+    _waits_changed: trio.Event = attrs.field(factory=trio.Event, repr=False)
 
     @property
     def fence(self) -> Fence:

@@ -19,9 +19,14 @@ from coordinator.reasons import StopReason, reasonless_failure
 log = structlog.get_logger()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ActorHandle:
-    """Owned by one actor; its parent (and only its parent) calls ``stop``."""
+    """Owned by one actor; its parent (and only its parent) calls ``stop``.
+
+    Its repr is a line that names its parent rather than rendering it: every actor's frames hold a
+    handle, and a traceback rendering the frames' locals rendered each whole chain of parents, with
+    their cancel scopes, once a frame.
+    """
 
     kind: str
     id: str
@@ -32,6 +37,14 @@ class ActorHandle:
     deadline_reason: StopReason | None = None
     # When ``reason`` was decided (``time.perf_counter()``): a turn's stop is timed from here.
     stopped_at: float | None = None
+
+    def __repr__(self) -> str:
+        parent = None if self.parent is None else f"{self.parent.kind} {self.parent.id}"
+        reason = None if self.reason is None else self.reason.type
+        return (
+            f"ActorHandle(kind={self.kind!r}, id={self.id!r}, parent={parent!r}, reason={reason!r}, "
+            f"cancel_called={self.scope.cancel_called})"
+        )
 
     def stop(self, reason: StopReason) -> bool:
         """Record ``reason`` (unless one is recorded already), then cancel the scope.

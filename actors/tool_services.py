@@ -66,7 +66,7 @@ def build_context(
     return context
 
 
-@attrs.define(kw_only=True, eq=False)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class _Services:
     """The services of one call's tool context, bound to the call; owned by its tool-call actor.
 
@@ -81,6 +81,9 @@ class _Services:
     context_ref: weakref.ReferenceType[ToolContext]
     run_nested: CallRunner
     numbers: Iterator[int] = attrs.Factory(lambda: itertools.count(1))
+
+    def __repr__(self) -> str:  # the context's bound services render this in every traceback
+        return f"_Services(call_id={self.call.call_id!r})"
 
     @property
     def context(self) -> ToolContext:

@@ -31,10 +31,17 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.INFO
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
+    # A traceback is written without the frames' locals: they may hold what a log must not (a prompt,
+    # a tool's input, the model's API key in a request's headers), and rendering them costs the trio
+    # thread, which every session shares (with rich, seconds for one actor's failure).
     if interactive:
-        processors.append(structlog.dev.ConsoleRenderer())
+        processors.append(structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback))
     else:
-        processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+        without_locals = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        processors += [
+            structlog.processors.ExceptionRenderer(without_locals),
+            structlog.processors.JSONRenderer(),
+        ]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
