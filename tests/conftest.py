@@ -26,7 +26,7 @@ from tests.backends import PG_ENV, db_for, unavailable
 
 # structlog's default output, its tracebacks without the frames' locals: with rich installed (the
 # tests' schemathesis brings it) rendering them took seconds of the trio thread for each logged
-# failure (design/benchmarks.md, stop 35). ``capture_logs`` is unaffected.
+# failure (design/operations.md, "Logs"). ``capture_logs`` is unaffected.
 structlog.configure(
     processors=[
         *structlog.get_config()["processors"][:-1],
