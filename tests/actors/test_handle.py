@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +11,10 @@ import trio
 from structlog.testing import capture_logs
 
 from actors.handle import ActorHandle
+from coordinator import Coordinator
 from coordinator.reasons import REASONLESS, Failure, Interrupt, Shutdown
-from tests.conftest import ASK_SHELL, make_config, running
+from coordinator.records import Session
+from tests.conftest import ASK_SHELL, Recorder, make_config, running
 
 
 async def test_the_first_reason_wins_and_children_read_it_through_their_parent() -> None:
@@ -33,12 +37,7 @@ async def test_a_turn_cancelled_without_a_reason_fails_and_is_never_suspended(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     """A bug that cancels a turn without a reason ends it failed, releasing the claim: never a shutdown."""
-    config = make_config(tmp_path, rules=ASK_SHELL)
-    script = [{"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo"}}]}]
-    async with running(config, script) as (coord, recorder):
-        session = await coord.create_session()
-        turn_id = await coord.prompt(session.id, "go")
-        await recorder.wait_for("permission.asked")
+    async with _waiting_on_a_permission(tmp_path) as (coord, recorder, session, turn_id):
         with capture_logs() as logs:
             coord._runtime.turns[turn_id].handle.scope.cancel()  # the bug: no typed reason
             await recorder.wait_for("session.idle")
@@ -57,12 +56,7 @@ async def test_the_actors_state_renders_in_a_line_each_in_a_traceback(
     """Every actor's frames hold the runtime, its turn and handles: a traceback that renders the frames'
     locals (structlog's default, with rich) rendered the whole coordinator and each chain of parent
     handles once a frame, 3.6 MB and 20 s of the trio thread for one failed call of ``execute``."""
-    config = make_config(tmp_path, rules=ASK_SHELL)
-    script = [{"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo"}}]}]
-    async with running(config, script) as (coord, recorder):
-        session = await coord.create_session()
-        turn_id = await coord.prompt(session.id, "go")
-        await recorder.wait_for("permission.asked")
+    async with _waiting_on_a_permission(tmp_path) as (coord, recorder, session, turn_id):
         runtime = coord._runtime
         turn = runtime.turns[turn_id]
         step = turn.handle.child("step", "step_1")
@@ -75,3 +69,17 @@ async def test_the_actors_state_renders_in_a_line_each_in_a_traceback(
         )
         await coord.interrupt(session.id)
         await recorder.wait_for("session.idle")
+
+
+@contextlib.asynccontextmanager
+async def _waiting_on_a_permission(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Coordinator, Recorder, Session, str]]:
+    """A coordinator whose one turn waits on the permission of a shell call."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    script = [{"tool_calls": [{"id": "c1", "name": "shell", "input": {"command": "echo"}}]}]
+    async with running(config, script) as (coord, recorder):
+        session = await coord.create_session()
+        turn_id = await coord.prompt(session.id, "go")
+        await recorder.wait_for("permission.asked")
+        yield coord, recorder, session, turn_id
