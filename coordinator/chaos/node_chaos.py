@@ -76,6 +76,7 @@ class NodeFault:
     node: int
     after: float
     pause: float = 0.0
+    until_taken_over: bool = False  # SIGSTOP: frozen on past ``pause`` until its claims are taken
 
 
 @attrs.frozen(kw_only=True)
@@ -224,7 +225,8 @@ async def _apply(cluster: Cluster, fault: NodeFault, url: str) -> tuple[str, str
         await cluster.terminate(life)
         cluster.in_background(functools.partial(cluster.start, life.node))
     else:
-        cluster.in_background(functools.partial(cluster.pause, life, fault.pause))
+        pause = functools.partial(cluster.pause, life, fault.pause, until_taken_over=fault.until_taken_over)
+        cluster.in_background(pause)
     return fault.kind, life.name
 
 

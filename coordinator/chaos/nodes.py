@@ -28,11 +28,13 @@ from coordinator import errors
 from coordinator.chaos.process_chaos import environment
 from coordinator.chaos.tools import STARTS_ENV
 from coordinator.client import CoordinatorClient
-from coordinator.store.postgres import read_instances
+from coordinator.store.postgres import open_snapshot, read_instances
 
 START_SECONDS = 60.0  # for a node to print where it listens (three start at once on a loaded machine)
 STOP_SECONDS = 20.0  # for a node to exit after SIGTERM (its shutdown grace is 5 s)
 CLIENT_SECONDS = 5.0  # for one HTTP request to a node
+TAKEOVER_SECONDS = 60.0  # at most, for other nodes to take a frozen node's claims (``pause``)
+TAKEOVER_POLL_SECONDS = 0.1
 
 NODE_CONFIG = """\
 [server]
@@ -218,17 +220,34 @@ class Cluster:
             await life.proc.wait()
         await self._ended(life, end, code)
 
-    async def pause(self, life: Life, seconds: float) -> None:
-        """SIGSTOP for ``seconds``, then SIGCONT: a frozen process, its heartbeat stale."""
+    async def pause(self, life: Life, seconds: float, *, until_taken_over: bool = False) -> None:
+        """SIGSTOP for ``seconds``, then SIGCONT: a frozen process, its heartbeat stale.
+
+        With ``until_taken_over``, the freeze also lasts until other nodes hold every claim it held
+        (at most ``TAKEOVER_SECONDS`` more): a round that must see a takeover then does not depend
+        on how soon, on a loaded machine, a node restarted beside the freeze comes up to take it.
+        """
         life.pausing = True
         stopped = time.time()
         life.proc.send_signal(signal.SIGSTOP)
         try:
+            held = self._claims_held_by(life) if until_taken_over else set()
             await trio.sleep(seconds)
+            with trio.move_on_after(TAKEOVER_SECONDS):
+                while True:  # polling: another node's takeover is seen only in the store
+                    if not held & self._claims_held_by(life):
+                        break
+                    await trio.sleep(TAKEOVER_POLL_SECONDS)
         finally:
             life.proc.send_signal(signal.SIGCONT)
             life.paused.append((stopped, time.time()))
             life.pausing = False
+
+    def _claims_held_by(self, life: Life) -> set[str]:
+        """The sessions whose claim ``life`` holds, in the store now."""
+        with open_snapshot(self.db) as read:
+            claims = [read.get_claim(s.id) for s in read.list_sessions()]
+        return {c.session_id for c in claims if c and c.state == "held" and c.owner == life.instance_id}
 
     async def stop_all(self) -> None:
         """SIGTERM every running life at once: the round is over (``end`` "done")."""
