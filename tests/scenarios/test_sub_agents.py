@@ -50,6 +50,10 @@ CHILD_REVOKED = ["C permission.revoked", "C session.tool.failed", "C session.ste
 
 
 def config_for(tmp_path: Path, **timeouts: float) -> Config:
+    # No tool or step deadline unless a test sets one: the autojump clock jumps to the next deadline
+    # whenever every task waits, also while a real ``echo hi`` runs, and on a loaded machine it
+    # reached the tool's 120 s before the command ended (the call then failed as a timeout).
+    timeouts = {"tool": 0, "step": 0, **timeouts}
     config = make_config(tmp_path, rules=RULES, timeouts=TimeoutsConfig(**timeouts))
     return attrs.evolve(config, limits=LimitsConfig(task_depth=3))
 
