@@ -73,6 +73,7 @@ async def open_coordinator(
         instance_id=instance.id,
     ) as store:
         bus = Bus(store, await store.read(lambda reader: reader.last_seq()))
+        store.on_commit(bus.note_committed)
         store.on_durable(bus.publish)
         metrics = Metrics()
         store.observe(commit=metrics.commit_took, sync=metrics.sync_took)

@@ -44,6 +44,12 @@ class Bus:
         self._held: dict[int, list[Event]] = {}
         self.deltas_published = 0
 
+    def note_committed(self, events: Sequence[Event]) -> None:
+        """Events this process has just committed, to be published once durable (``Store.on_commit``):
+        while they wait, a stream among many waits for them too (``Subscription.next_batch``)."""
+        if events:
+            self._hub.committed = max(self._hub.committed, events[-1].stored_seq)
+
     def publish(self, events: Sequence[Event]) -> None:
         """Hand committed events to every attached subscriber. Never blocks."""
         if not events:

@@ -92,6 +92,8 @@ class Hub:
     store: Store
     highest: int
     """The seq of the last event published (every event up to it is durable)."""
+    committed: int = 0
+    """The seq of the last event this process committed: above ``highest`` while its sync is due."""
     live_buffer: int = LIVE_BUFFER
     # Weak: a subscription dropped without aclose() takes its buffer with it.
     live: weakref.WeakSet[LiveBuffer] = attrs.field(factory=weakref.WeakSet)
@@ -122,6 +124,13 @@ class Hub:
         self.live.discard(live)
         self.lagged += 1
         log.warning("subscriber_lagged", session_id=live.session_id)
+
+
+async def _let_run(passes: int) -> None:
+    """Let trio's loop run ``passes`` passes: schedule points, not cancellation points (a batch
+    whose first event is delivered already is returned)."""
+    for _ in range(passes):
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 class Subscription:
@@ -186,28 +195,47 @@ class Subscription:
             live.wakeup = trio.Event()
             await live.wakeup.wait()
 
-    async def next_batch(self, limit: int, *, gather_passes: int = 0) -> list[Event]:
+    async def next_batch(
+        self, limit: int, *, gather_passes: int = 0, sync_among: int | None = None, sync_wait: float = 0.0
+    ) -> list[Event]:
         """The next events at hand, at least one and at most ``limit``; empty once the bus closed.
 
         Waits only while none is at hand, so a slow reader gets everything queued meanwhile in one
         batch (the SSE stream writes a batch as one chunk). With ``gather_passes``, once the first
         event is at hand, trio's loop runs that many more passes (each runnable task a step) before
-        the rest is taken: what the coordinator publishes meanwhile joins the batch.
+        the rest is taken: what the coordinator publishes meanwhile joins the batch. With
+        ``sync_among``, when at least that many subscribers are attached live, the batch also waits
+        while a commit of this process waits for its sync, at most ``sync_wait`` seconds in all:
+        many streams then write once for several commits.
 
-        **Cancellation:** safe, as ``__anext__``; once the first event is taken, the batch is returned.
+        **Cancellation:** safe, as ``__anext__``; once the first event is taken, the batch is returned
+        (after the sync's wait, which is shielded and bounded by ``sync_wait``).
         """
         batch: list[Event] = []
         try:
             batch.append(await self.__anext__())
         except StopAsyncIteration:
             return batch
-        for _ in range(gather_passes):
-            # A schedule point, not a cancellation point: the first event is delivered already.
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        await _let_run(gather_passes)
+        if sync_among is not None:
+            await self._wait_for_due_syncs(sync_among, sync_wait, gather_passes)
         while len(batch) < limit and (event := self._next_nowait()) is not None:
             self._delivered(event)
             batch.append(event)
         return batch
+
+    async def _wait_for_due_syncs(self, among: int, seconds: float, passes: int) -> None:
+        """While a commit of this process waits for its sync, at most ``seconds`` in all, if at least
+        ``among`` subscribers are attached live (each of whom would write each commit apart): until
+        its publish, then ``passes`` passes of the loop, and again while another is due."""
+        hub, live = self._hub, self._live
+        if live is None or hub.committed <= hub.highest or len(hub.live) < among:
+            return
+        with trio.CancelScope(deadline=trio.current_time() + seconds, shield=True):
+            while hub.committed > hub.highest and not (live.stale or hub.closed):
+                live.wakeup = trio.Event()
+                await live.wakeup.wait()
+                await _let_run(passes)  # what the publish set going commits next joins too
 
     async def _resolve(self) -> SessionSet:
         """The sessions followed: all, one, or one with its sub-agents known now."""

@@ -40,6 +40,14 @@ batch. A pass runs every runnable task a step, so it lasts longer the more strea
 lone stream waits microseconds, a hundred about as long as a sync, and each of them writes half as
 often (a write costs the server about 100 µs of CPU in hypercorn: design/benchmarks.md)."""
 
+SYNC_AMONG_STREAMS = 8
+"""From this many live streams on, a stream whose batch is gathered also waits for the sync of a
+commit already made, if one is due (``SYNC_WAIT_SECONDS`` at most): a write costs more server CPU
+than a sync takes as soon as a few streams write each commit apart. A lone stream never waits."""
+
+SYNC_WAIT_SECONDS = 0.005
+"""The longest a live stream's batch waits for a due sync (a WAL sync takes 0.5 ms at the median)."""
+
 MAX_SEQ = 2**63 - 1
 """The largest seq the store can hold (a signed 64-bit integer)."""
 
@@ -120,7 +128,12 @@ class EventStream:
             while True:
                 batch: list[Event] | None = None
                 with trio.move_on_after(self.keepalive):  # the wait only: a slow send is not cut
-                    batch = await subscription.next_batch(BATCH_EVENTS, gather_passes=GATHER_PASSES)
+                    batch = await subscription.next_batch(
+                        BATCH_EVENTS,
+                        gather_passes=GATHER_PASSES,
+                        sync_among=SYNC_AMONG_STREAMS,
+                        sync_wait=SYNC_WAIT_SECONDS,
+                    )
                 if batch is None:
                     await _send_body(send, KEEPALIVE_COMMENT)
                 elif batch:

@@ -118,6 +118,68 @@ async def test_a_batch_gathers_what_the_next_passes_publish_and_what_comes_later
         assert trio.current_time() == 0
 
 
+async def test_among_many_subscribers_a_batch_waits_for_the_syncs_due_and_no_longer_than_its_wait(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """With ``sync_among`` subscribers attached, a batch waits while an event this process committed
+    waits for its sync: each publish joins it, until none is due (the clock never moves); a publish
+    that does not come is waited for ``sync_wait`` at most. With fewer attached, nothing waits."""
+    with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
+        bus = Bus(store, store.read.last_seq())
+        committed: list[Event] = []
+        store.on_commit(committed.extend)  # published by hand below, as syncs would
+        store.on_commit(bus.note_committed)
+        subscriptions = [bus.subscribe(after=0) for _ in range(3)]
+        batches: list[list[list[int | None]]] = [[], [], []]
+
+        async def read(index: int, among: int) -> None:
+            while True:
+                batch = await subscriptions[index].next_batch(
+                    100, gather_passes=2, sync_among=among, sync_wait=1.0
+                )
+                batches[index].append([event.seq for event in batch])
+
+        async def publish(events: list[Event]) -> list[list[list[int | None]]]:
+            bus.publish(events)
+            await trio.testing.wait_all_tasks_blocked()
+            return batches
+
+        async with trio.open_nursery() as nursery:
+            for index in range(3):
+                nursery.start_soon(read, index, 3)
+            await trio.testing.wait_all_tasks_blocked()  # attached live, waiting
+            for _ in range(5):
+                await commit(store, 1)
+            assert await publish(committed[0:1]) == [[], [], []]  # 2 to 5 are due
+            assert await publish(committed[1:3]) == [[], [], []]  # 4 and 5 still are
+            assert await publish(committed[3:5]) == [[[1, 2, 3, 4, 5]]] * 3
+            await commit(store, 2)  # 7 is never published
+            assert await publish(committed[5:6]) == [[[1, 2, 3, 4, 5]]] * 3
+            mock_clock.jump(0.999)
+            await trio.testing.wait_all_tasks_blocked()
+            assert batches == [[[1, 2, 3, 4, 5]]] * 3
+            mock_clock.jump(0.001)
+            await trio.testing.wait_all_tasks_blocked()
+            assert batches == [[[1, 2, 3, 4, 5], [6]]] * 3
+            nursery.cancel_scope.cancel()
+
+        # Fewer attached than ``sync_among``: the batch is taken once the passes ran, and the clock
+        # (which now jumps whenever every task waits) does not move.
+        mock_clock.autojump_threshold = 0
+        bus.publish(committed[6:7])
+        for subscription in subscriptions[1:]:
+            await subscription.aclose()
+        subscriptions[0] = bus.subscribe(after=7)
+        batches[0] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read, 0, 2)
+            await trio.testing.wait_all_tasks_blocked()
+            await commit(store, 2)  # 9 is due when 8 is published
+            assert (await publish(committed[7:8]))[0] == [[8]]
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() == 1.0
+
+
 async def test_a_session_subscription_sees_only_that_session(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "b.sqlite"), synchronous="off") as store:
         bus = Bus(store, store.read.last_seq())
