@@ -65,7 +65,7 @@ class Sizes:
             turns_per_session=10,
             concurrent_sessions=100,
             concurrent_turns=2,
-            stops=100,
+            stops=300,
             busy_sessions=1000,
             restarts=2,
             http_turns=100,
