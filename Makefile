@@ -28,17 +28,17 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check coordinator actors tests
-	$(BIN)/ruff check coordinator actors tests
+	$(BIN)/ruff format --check coordinator tests
+	$(BIN)/ruff check coordinator tests
 	$(BIN)/mypy
 	@# The 100s (cancellation and cleanup) and 200s (blocking calls). Not adopted: ASYNC124 (ASGI
 	@# endpoints must be async), ASYNC127 (asks for httpx2; the stack is httpx), the 900s.
 	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener \
-		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py' 'actors/*.py')
+		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py')
 
 fmt: $(STAMP)
-	$(BIN)/ruff format coordinator actors tests
-	$(BIN)/ruff check --fix coordinator actors tests
+	$(BIN)/ruff format coordinator tests
+	$(BIN)/ruff check --fix coordinator tests
 
 # 10,000 in-process runs on every core, then ten rounds against a real server (see design/chaos.md).
 chaos: $(STAMP)

@@ -59,7 +59,9 @@ async def _count(workdir: Path, turns: int, counts: dict[int, int]) -> None:
         "valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir / f'callgrind-{turns}.out'}",
         sys.executable, "-m", "bench.instructions", str(turns),
     ]  # fmt: skip
-    done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, env=child_env(), check=False)
+    done = await trio.run_process(
+        command, capture_stdout=True, capture_stderr=True, env=child_env(), check=False
+    )
     found = COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
@@ -70,7 +72,10 @@ async def _count(workdir: Path, turns: int, counts: dict[int, int]) -> None:
 async def _turns(turns: int) -> None:
     with tempfile.TemporaryDirectory(prefix="coordinator-instructions-") as folder:
         script = tool_then_text_script(TURNS_PER_SESSION)
-        async with watched_coordinator(Path(folder), "instructions.sqlite", "full", script) as (coordinator, watcher):
+        async with watched_coordinator(Path(folder), "instructions.sqlite", "full", script) as (
+            coordinator,
+            watcher,
+        ):
             warm_up = await coordinator.create_session("warm-up")
             for _ in range(WARM_UP_TURNS):
                 await run_turn(coordinator, watcher, warm_up.id)

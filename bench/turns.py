@@ -16,8 +16,8 @@ from typing import Any
 
 import trio
 
-from actors.context import TurnScope
-from actors.handle import ActorHandle
+from coordinator.actors.context import TurnScope
+from coordinator.actors.handle import ActorHandle
 from bench.harness import (
     MODES,
     Sizes,
@@ -30,7 +30,7 @@ from bench.harness import (
     tool_then_text_script,
 )
 from coordinator import Coordinator, open_coordinator
-from coordinator.cli import tune_gc_for_serving
+from coordinator.server.serve import tune_gc_for_serving
 from coordinator.models.scripted import ScriptedModel
 
 

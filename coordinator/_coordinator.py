@@ -9,8 +9,8 @@ import structlog
 import trio
 from prometheus_client import CollectorRegistry
 
-from actors.context import Runtime
 from coordinator import claims, decisions, errors, retention
+from coordinator.actors.context import Runtime
 from coordinator.bus import Subscription
 from coordinator.config import Config
 from coordinator.records import Form, Message, Node, PermissionRequest, Session

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from actors import session
-from actors.context import Runtime
 from coordinator import claims, errors, retention
 from coordinator._coordinator import Coordinator
+from coordinator.actors import session
+from coordinator.actors.context import Runtime
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.clock import now_rfc3339

@@ -21,7 +21,7 @@ import structlog
 import trio
 
 from coordinator.errors import StoreError
-from coordinator.ids import new_id
+from coordinator.ids import boot_id, new_id
 from coordinator.store import Store
 from coordinator.store.rows import InstanceRow
 
@@ -30,14 +30,6 @@ log = structlog.get_logger()
 # Instance ids of the coordinators open in this process: an instance of this pid not listed here
 # was dropped (a crash in the same process, as the chaos campaign simulates).
 LIVE_IN_THIS_PROCESS: set[str] = set()
-
-
-def boot_id() -> str:
-    """This machine's boot id (changes at every reboot), or the hostname where there is none."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return socket.gethostname()
 
 
 def this_instance(node_id: str = "") -> InstanceRow:

@@ -9,7 +9,6 @@ failure is one line on stderr saying what is wrong and where.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import importlib.metadata
 import importlib.resources
@@ -17,6 +16,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -210,7 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_until_signal(config: Config) -> None:
-    from coordinator.server.serve import serve_until
+    from coordinator.server.serve import serve_until, tune_gc_for_serving
 
     # Installed before the server starts, so a signal at any later point is a graceful shutdown.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -231,24 +231,6 @@ async def _serve_until_signal(config: Config) -> None:
             listening = await nursery.start(run_server)
             tune_gc_for_serving()
             print(f"coordinator listening on {listening.url}", flush=True)
-
-
-SERVING_GC_THRESHOLDS = (20_000, 10, 10)
-"""The collector's thresholds in ``coordinator serve``'s process (Python's default: 700, 10, 10)."""
-
-
-def tune_gc_for_serving() -> None:
-    """Tune the cyclic collector for a server's process, once it has started.
-
-    A turn allocates some thousands of short-lived objects (trio's tasks and scopes, rows, events):
-    at the default threshold the youngest generation is collected several times a turn, about 6% of
-    a turn's CPU (design/benchmarks.md, ``turn_cpu_ms_serving_gc``). What start-up built (modules,
-    the app, the config) lives as long as the process: ``gc.freeze`` moves it out of every later
-    collection. Only here, where the process is ours: the embedding API leaves its host's collector
-    as the host set it.
-    """
-    gc.freeze()
-    gc.set_threshold(*SERVING_GC_THRESHOLDS)
 
 
 # Seconds past ``shutdown_grace`` before a shutdown that has not finished is forced.
@@ -336,8 +318,20 @@ def _chaos(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    bench = importlib.import_module("bench")  # the repository's bench/ package, imported late
-    return _exit_code(bench.main(args))
+    """The benchmarks live in the project's checkout (``bench/``), not in the installed package: they
+    run as ``python -m bench`` from the current folder, which must be that checkout."""
+    if not (Path.cwd() / "bench" / "__main__.py").is_file():
+        print(
+            f"coordinator: error: the benchmarks run from a checkout of the project; no bench/ in {Path.cwd()}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    argv = [f"--{name}={value}" for name, value in vars(args).items() if name in _BENCH_OPTIONS]
+    argv += ["--quick"] if getattr(args, "quick", False) else []
+    return subprocess.run([sys.executable, "-m", "bench", *argv], check=False).returncode
+
+
+_BENCH_OPTIONS = ("only", "pg", "out")
 
 
 def _exit_code(result: Any) -> int:

@@ -18,9 +18,9 @@ from typing import Any, cast
 import attrs
 import structlog
 
-from actors import stops, wait
-from actors.context import Runtime
 from coordinator import errors, events, permissions, wire
+from coordinator.actors import stops, wait
+from coordinator.actors.context import Runtime
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason

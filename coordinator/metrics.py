@@ -1,7 +1,7 @@
 """The Prometheus series of one coordinator (contract section 14), in a registry of its own.
 
 Counters and histograms are updated where the thing they count happens, once: a turn's settlement
-(``actors/session.py``), a store commit and a WAL sync (``coordinator/store/``). Gauges are read when
+(``coordinator/actors/session.py``), a store commit and a WAL sync (``coordinator/store/``). Gauges are read when
 the registry is scraped, from the state the coordinator keeps anyway (its running turns, its live
 waits, its bus's subscriptions), so no path has to remember to decrement them. ``design/operations.md``
 says what each series means and why it is measured where it is.

@@ -8,10 +8,10 @@ import attrs
 import structlog
 import trio
 
-from actors import session, settlement, stops
-from actors.context import Runtime, Takeover
-from actors.session import SessionHandle
 from coordinator import decisions
+from coordinator.actors import session, settlement, stops
+from coordinator.actors.context import Runtime, Takeover
+from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow

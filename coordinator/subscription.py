@@ -33,7 +33,7 @@ REPLAY_PAGE = 500
 
 
 class StreamingText(Protocol):
-    """A step's text while the model streams it (``actors/step_text.py``), as the bus sees it."""
+    """A step's text while the model streams it (``coordinator/actors/step_text.py``), as the bus sees it."""
 
     @property
     def session_id(self) -> str: ...

@@ -61,7 +61,7 @@ _FAILED_OUTCOMES = frozenset({"failed", "timed_out"})
 
 
 class StopSource(Protocol):
-    """Where a span reads the reason its actor stops for: the actor's handle (``actors/handle.py``)."""
+    """Where a span reads the reason its actor stops for: the actor's handle (``coordinator/actors/handle.py``)."""
 
     def effective_reason(self) -> StopReason | None: ...
 

@@ -1,7 +1,8 @@
-"""The modules of ``coordinator`` and ``actors`` form no import circle, and each imports on its own.
+"""The modules of ``coordinator`` and ``bench`` form no import circle, import only downwards through the
+layers, and each imports on its own.
 
 A circle hidden by a function-level import, or a module that fails when a program imports it before
-any other, shows up only in some programs (an embedder that imports ``actors.stops`` first); these
+any other, shows up only in some programs (an embedder that imports ``coordinator.actors.stops`` first); these
 tests find both in every module.
 """
 
@@ -14,7 +15,59 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("coordinator", "actors")
+PACKAGES = ("coordinator", "bench")
+
+# The layers, top first: a module imports modules of its own layer and of the layers below, never of
+# one above (design/README.md draws them). A module belongs to the layer of its longest listed prefix.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("test rigs", ("bench", "coordinator.chaos", "coordinator.testing", "coordinator.demo")),
+    (
+        "faces",
+        (
+            "coordinator.cli",
+            "coordinator.__main__",
+            "coordinator.remote",
+            "coordinator.server",
+            "coordinator.client",
+        ),
+    ),
+    ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator")),
+    (
+        "runtime",
+        ("coordinator.registry", "coordinator.decisions", "coordinator.retention", "coordinator.claims"),
+    ),
+    ("actors", ("coordinator.actors",)),
+    (
+        "parts",
+        (
+            "coordinator.tools",
+            "coordinator.models",
+            "coordinator.bus",
+            "coordinator.subscription",
+            "coordinator.live_buffer",
+            "coordinator.tracing",
+            "coordinator.metrics",
+            "coordinator.logs",
+            "coordinator.checkpoints",
+            "coordinator.permissions",
+            "coordinator.claims",
+        ),
+    ),
+    ("store", ("coordinator.store",)),
+    (
+        "values",
+        (
+            "coordinator.reasons",
+            "coordinator.errors",
+            "coordinator.events",
+            "coordinator.records",
+            "coordinator.wire",
+            "coordinator.ids",
+            "coordinator.clock",
+            "coordinator.config",
+        ),
+    ),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -59,6 +112,30 @@ def test_the_modules_import_one_another_without_a_circle() -> None:
         ) from None
 
 
+def _layer(module: str) -> int:
+    """The index of ``module``'s layer in ``LAYERS`` (0 is the top)."""
+    best, found = -1, None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    assert found is not None, f"{module} is in no layer of LAYERS"
+    return found
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    """A lower layer that imports a higher one (the store importing an actor, a tool importing the
+    embedding API) ties the layers into one: every change would reach everywhere."""
+    modules = _modules()
+    upward = [
+        f"{module} ({LAYERS[_layer(module)][0]}) imports {imported} ({LAYERS[_layer(imported)][0]})"
+        for module, path in modules.items()
+        for imported in sorted(_imported(module, path, modules))
+        if _layer(imported) < _layer(module)
+    ]
+    assert not upward, "imports that go up the layers:\n" + "\n".join(upward)
+
+
 # Imports modules first, each in a process of its own forked from one that has loaded only the
 # third-party modules the packages use (a fork then costs the packages' own imports alone). Importing a
 # module first imports its parent package first; when that already loaded the module, importing the
@@ -67,7 +144,7 @@ def test_the_modules_import_one_another_without_a_circle() -> None:
 _IMPORT_EACH_FIRST = """
 import importlib, os, sys, traceback
 sys.path.insert(0, os.getcwd())
-packages = ("coordinator", "actors")
+packages = ("coordinator", "bench")
 for name in sys.argv[1].split():
     try:
         importlib.import_module(name)
@@ -113,7 +190,7 @@ _THIRD_PARTY = """
 import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-print(" ".join(m for m in sorted(sys.modules) if m.partition(".")[0] not in ("coordinator", "actors")))
+print(" ".join(m for m in sorted(sys.modules) if m.partition(".")[0] not in ("coordinator", "bench")))
 """
 
 

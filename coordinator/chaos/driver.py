@@ -14,8 +14,8 @@ import attrs
 import trio
 import trio.testing
 
-from actors import stops
 from coordinator import Coordinator, errors
+from coordinator.actors import stops
 from coordinator.chaos.injector import ChaosInjector, Park
 from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.record import RunRecord

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import trio
 
-from actors.context import TurnScope
+from coordinator.actors.context import TurnScope
 from coordinator.chaos.faults import (
     DRIVEN,
     FAULT_KINDS,

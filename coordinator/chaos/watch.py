@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from actors.context import TurnScope
 from coordinator import Coordinator, errors
+from coordinator.actors.context import TurnScope
 from coordinator.chaos.faults import Injection
 from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.record import Intent, RunRecord

@@ -45,7 +45,7 @@ class ChatMessage:
 class TextSink(Protocol):
     """Where a provider hands the text it streams, piece by piece, as it arrives.
 
-    The step actor owns the one a request carries (``actors/step_text.py``): it keeps the text so far
+    The step actor owns the one a request carries (``coordinator/actors/step_text.py``): it keeps the text so far
     in memory and publishes it as coalesced ``session.text.delta`` events.
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +18,24 @@ from coordinator.config import Config
 from coordinator.server.app import build_app
 
 log = structlog.get_logger()
+
+SERVING_GC_THRESHOLDS = (20_000, 10, 10)
+"""The collector's thresholds in ``coordinator serve``'s process (Python's default: 700, 10, 10)."""
+
+
+def tune_gc_for_serving() -> None:
+    """Tune the cyclic collector for a server's process, once it has started.
+
+    A turn allocates some thousands of short-lived objects (trio's tasks and scopes, rows, events):
+    at the default threshold the youngest generation is collected several times a turn, about 6% of
+    a turn's CPU (design/benchmarks.md, ``turn_cpu_ms_serving_gc``). What start-up built (modules,
+    the app, the config) lives as long as the process: ``gc.freeze`` moves it out of every later
+    collection. Only here, where the process is ours: the embedding API leaves its host's collector
+    as the host set it.
+    """
+    gc.freeze()
+    gc.set_threshold(*SERVING_GC_THRESHOLDS)
+
 
 DRAIN_SECONDS = 2.0
 """Beyond ``[server] shutdown_grace``: time for in-flight responses to finish once turns are suspended."""

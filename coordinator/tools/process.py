@@ -12,6 +12,8 @@ import attrs
 import structlog
 import trio
 
+from coordinator.ids import boot_id as this_boot_id
+
 log = structlog.get_logger()
 
 OUTPUT_LIMIT = 32 * 1024
@@ -116,9 +118,7 @@ class ProcessGroup:
 
     @classmethod
     def of(cls, pgid: int) -> ProcessGroup:
-        from coordinator.claims import boot_id
-
-        return cls(pgid=pgid, started=_start_ticks(pgid) or 0, boot_id=boot_id())
+        return cls(pgid=pgid, started=_start_ticks(pgid) or 0, boot_id=this_boot_id())
 
     def kill_if_left(self) -> bool:
         """SIGKILL what is left of the group, unless its id now belongs to another process.
@@ -127,10 +127,8 @@ class ProcessGroup:
         id is ours if no process has that pid (only members are left), or if the process with that
         pid started when our leader did. Never after a reboot (another boot id).
         """
-        from coordinator.claims import boot_id
-
         ticks = _start_ticks(self.pgid)
-        if self.boot_id != boot_id() or (ticks is not None and ticks != self.started):
+        if self.boot_id != this_boot_id() or (ticks is not None and ticks != self.started):
             return False
         return signal_group(self.pgid, signal.SIGKILL)
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from actors import execute
+from coordinator.actors import execute
 from coordinator.errors import ToolFailure
 from coordinator.records import ToolError
 from coordinator.tools import execute_runner as runner

@@ -10,8 +10,8 @@ from typing import Any
 import trio
 from structlog.testing import capture_logs
 
-from actors.handle import ActorHandle
 from coordinator import Coordinator
+from coordinator.actors.handle import ActorHandle
 from coordinator.reasons import REASONLESS, Failure, Interrupt, Shutdown
 from coordinator.records import Session
 from tests.conftest import ASK_SHELL, Recorder, make_config, running

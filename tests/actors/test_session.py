@@ -10,8 +10,8 @@ import psycopg
 import pytest
 import trio
 
-from actors import session
-from actors.session import Takeover
+from coordinator.actors import session
+from coordinator.actors.session import Takeover
 from tests.backends import PostgresDatabase, postgres_database, until_a_transaction_waits_for_a_lock
 from tests.conftest import make_config, running
 from tests.scenarios.test_stop_matrix import DONE

@@ -1,4 +1,4 @@
-"""The one settlement path (``actors/settlement.py``): a live stop's sweep and a restart's recovery
+"""The one settlement path (``coordinator/actors/settlement.py``): a live stop's sweep and a restart's recovery
 settle a turn's leftovers in the same order, children before parents, on a real SQLite file."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from actors import settlement
+from coordinator.actors import settlement
 from coordinator.reasons import Declined, Failure, Interrupt, Shutdown
 from coordinator.records import Form, PermissionRequest, Question
 from coordinator.store.rows import ToolCallRow

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors import session
+from coordinator.actors import session
 from coordinator.records import Rule
 from tests.conftest import make_config, running
 

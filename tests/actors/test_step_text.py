@@ -9,7 +9,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from actors.step_text import COALESCE_SECONDS
+from coordinator.actors.step_text import COALESCE_SECONDS
 from coordinator.events import Event
 from tests.conftest import ASK_SHELL, make_config
 from tests.scenarios.test_streaming_stops import counting, streaming

@@ -1,4 +1,4 @@
-"""The stop arbiter (``actors/stops.py``): first wins, the settling cut-off, intent before effect, and
+"""The stop arbiter (``coordinator/actors/stops.py``): first wins, the settling cut-off, intent before effect, and
 what a shutdown may and may not override, on a real SQLite file."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors import session, stops
-from actors.context import Takeover
 from coordinator import errors
+from coordinator.actors import session, stops
+from coordinator.actors.context import Takeover
 from coordinator.config import Config
 from coordinator.errors import ToolFailure
 from coordinator.reasons import Declined, Failure, Interrupt, Shutdown, Timeout

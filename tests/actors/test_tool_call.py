@@ -1,4 +1,4 @@
-"""The tool-call actor (``actors/tool_call.py``) stopped with its turn: what its failure keeps, and
+"""The tool-call actor (``coordinator/actors/tool_call.py``) stopped with its turn: what its failure keeps, and
 when it may be written, on a real SQLite file with in-process tools."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from actors import tool_call
-from actors.context import TurnScope
 from coordinator import decisions
+from coordinator.actors import tool_call
+from coordinator.actors.context import TurnScope
 from coordinator.config import Config
 from coordinator.models.base import ToolSpec
 from coordinator.records import Rule

@@ -1,4 +1,4 @@
-"""The durable-wait actor (``actors/wait.py``): a stopped wait is revoked with its event, and a
+"""The durable-wait actor (``coordinator/actors/wait.py``): a stopped wait is revoked with its event, and a
 deadline stops the turn with its kind's scope, on a real SQLite file."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from actors import wait
-from actors.context import TurnScope
 from coordinator import decisions
+from coordinator.actors import wait
+from coordinator.actors.context import TurnScope
 from coordinator.config import Config, TimeoutsConfig
 from coordinator.reasons import Interrupt, Timeout
 from coordinator.records import Question

@@ -11,8 +11,8 @@ from typing import Any
 
 import attrs
 
-from actors.context import Runtime, TurnScope
-from actors.handle import ActorHandle
+from coordinator.actors.context import Runtime, TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.bus import Bus
 from coordinator.config import Config
 from coordinator.events import Event

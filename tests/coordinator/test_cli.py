@@ -297,7 +297,7 @@ def test_serving_tunes_the_collector_of_its_own_process_only() -> None:
     often; the embedding API (``open_coordinator``) never touches its host's collector."""
     import gc
 
-    from coordinator.cli import SERVING_GC_THRESHOLDS, tune_gc_for_serving
+    from coordinator.server.serve import SERVING_GC_THRESHOLDS, tune_gc_for_serving
 
     before = gc.get_threshold()
     try:

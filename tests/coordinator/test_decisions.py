@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from actors import settlement, stops, wait
 from coordinator import decisions
+from coordinator.actors import settlement, stops, wait
 from coordinator.config import Config
 from coordinator.errors import PermissionAlreadySettled, PermissionNotFound
 from coordinator.permissions import always_rule

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actors.handle import ActorHandle
+from coordinator.actors.handle import ActorHandle
 from coordinator.tracing import Tracing, add_trace_ids
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -89,7 +89,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a turn resumed max_resumes times is failed at the next start, never resumed again",
         edits=(
             Edit(
-                path="actors/stops.py",
+                path="coordinator/actors/stops.py",
                 old=(
                     "    if row.resumes >= max_resumes:",
                     "        return Failure.resumes_exhausted(row.resumes)",
@@ -109,12 +109,12 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a cancellation without a reason settles as error (reasonless_cancel), never as shutdown",
         edits=(
             Edit(
-                path="actors/handle.py",
+                path="coordinator/actors/handle.py",
                 old=("from coordinator.reasons import StopReason, reasonless_failure",),
                 new=("from coordinator.reasons import Shutdown, StopReason, reasonless_failure",),
             ),
             Edit(
-                path="actors/handle.py",
+                path="coordinator/actors/handle.py",
                 old=("            return reasonless_failure()",),
                 new=("            return Shutdown.of_coordinator()",),
             ),
@@ -143,7 +143,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a question form's deadline stops the turn as a timeout of scope question",
         edits=(
             Edit(
-                path="actors/wait.py",
+                path="coordinator/actors/wait.py",
                 old=("    await stops.decide(turn, Timeout.deadline(kind.scope, limit))",),
                 new=('    await stops.decide(turn, Timeout.deadline("permission", limit))',),
             ),
@@ -156,7 +156,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a resume restores only unsettled calls: a call that had finished never runs again",
         edits=(
             Edit(
-                path="actors/settlement.py",
+                path="coordinator/actors/settlement.py",
                 old=(
                     "    for call in tx.tool_calls_of_turn(turn_id):",
                     '        if call.status != "running":',
@@ -177,7 +177,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a stopped call fails only after every wait of the turn is revoked",
         edits=(
             Edit(
-                path="actors/tool_call.py",
+                path="coordinator/actors/tool_call.py",
                 old=(
                     "    await turn.waits_settled()",
                     '    await turn.checkpoint("settle.tool")',
@@ -212,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a stopped execute call's partial result keeps its finished nested calls and its logs",
         edits=(
             Edit(
-                path="actors/tool_call.py",
+                path="coordinator/actors/tool_call.py",
                 old=(
                     "    return Partial(logs=list(context.logs), calls=list(context.calls), progress=progress)",
                 ),
@@ -227,7 +227,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a stopped permission wait revokes its request with one permission.revoked event",
         edits=(
             Edit(
-                path="actors/wait.py",
+                path="coordinator/actors/wait.py",
                 old=(
                     "        if tx.revoke_permission(asked.id, reason):",
                     "            tx.emit(events.permission_revoked(asked, reason))",
@@ -243,7 +243,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="first wins: a turn that already stops for a reason (a shutdown included) takes no other",
         edits=(
             Edit(
-                path="actors/stops.py",
+                path="coordinator/actors/stops.py",
                 old=("    return live is None or (not live.settling and live.handle.reason is None)",),
                 new=("    return live is None or not live.settling",),
             ),
@@ -259,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="intent before effect: a stop's intent is committed before any task is cancelled",
         edits=(
             Edit(
-                path="actors/stops.py",
+                path="coordinator/actors/stops.py",
                 old=(
                     "        if not await turn.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):",
                     "            return False",
@@ -279,7 +279,7 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="children settle before parents: a step fails after every call it left unsettled",
         edits=(
             Edit(
-                path="actors/settlement.py",
+                path="coordinator/actors/settlement.py",
                 old=(
                     "    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)",
                     "    keep_partial_text(tx, session_id, turn_id, partial_text, reason)",

@@ -15,7 +15,7 @@ import attrs
 import pytest
 import trio
 
-from actors import wait
+from coordinator.actors import wait
 from coordinator.config import Config, PluginConfig
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule

@@ -17,7 +17,7 @@ def _v1(db: apsw.Connection) -> None:
             created_at TEXT NOT NULL,
             ord INTEGER NOT NULL
         );
-        -- status: queued | running | stopping | suspended | settled (see actors/session.py)
+        -- status: queued | running | stopping | suspended | settled (see coordinator/actors/session.py)
         CREATE TABLE turns (
             id TEXT PRIMARY KEY,
             session_id TEXT NOT NULL REFERENCES sessions(id),

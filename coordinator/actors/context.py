@@ -11,7 +11,7 @@ import attrs
 import structlog
 import trio
 
-from actors.handle import ActorHandle
+from coordinator.actors.handle import ActorHandle
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.config import Config
@@ -98,7 +98,7 @@ class TurnRunner(Protocol):
 
 
 class StreamedText(Protocol):
-    """What a step's streamed text (``actors/step_text.py``) offers whoever settles its step."""
+    """What a step's streamed text (``coordinator/actors/step_text.py``) offers whoever settles its step."""
 
     @property
     def turn_id(self) -> str: ...
@@ -140,7 +140,7 @@ class Runtime:
     # Starts a session's actor unless it runs (the registry's ``ensure_running``): a sub-agent's task
     # turn wakes its session as it ends, for a prompt a client queued there meanwhile.
     wake: Callable[[str], None] | None = None
-    # Runs a sub-agent's turn inside its task call (``actors/session.py::run_turn``, given by whoever
+    # Runs a sub-agent's turn inside its task call (``coordinator/actors/session.py::run_turn``, given by whoever
     # builds the runtime: the turn runs the very tool calls that need it). None: no sub-agents here.
     run_turn: TurnRunner | None = None
 
@@ -166,7 +166,7 @@ class TurnScope:
     # The turn's span (``invoke_agent``), where each step adds the tokens its model request used.
     span: ActorSpan = NO_SPAN
     # The turn's nursery, owned by the session actor, for a step's background helper: the delta
-    # flusher of a streaming step (``actors/step_text.py``), which the step cancels as its stream ends.
+    # flusher of a streaming step (``coordinator/actors/step_text.py``), which the step cancels as its stream ends.
     background: trio.Nursery | None = attrs.field(default=None, repr=False)
     settling: bool = False
     live_waits: int = 0

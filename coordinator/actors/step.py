@@ -19,11 +19,11 @@ import attrs
 import structlog
 import trio
 
-from actors import settlement, stops, tool_call
-from actors.context import SETTLE_SECONDS, TurnScope
-from actors.handle import ActorHandle
-from actors.step_text import StepText
 from coordinator import events
+from coordinator.actors import settlement, stops, tool_call
+from coordinator.actors.context import SETTLE_SECONDS, TurnScope
+from coordinator.actors.handle import ActorHandle
+from coordinator.actors.step_text import StepText
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ModelError
 from coordinator.events import Draft, Event

@@ -11,11 +11,11 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from actors import execute, task, wait
-from actors.context import TurnRunner, TurnScope
-from actors.handle import ActorHandle
-from actors.settlement import preview
 from coordinator import events, wire
+from coordinator.actors import execute, task, wait
+from coordinator.actors.context import TurnRunner, TurnScope
+from coordinator.actors.handle import ActorHandle
+from coordinator.actors.settlement import preview
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
@@ -40,7 +40,7 @@ def build_context(
 ) -> ToolContext:
     """The context the tool of ``call`` runs with; its state is read back for the partial result.
 
-    It offers the services the tool's ``capabilities`` call for: a script's run (``actors.execute``),
+    It offers the services the tool's ``capabilities`` call for: a script's run (``coordinator.actors.execute``),
     its nested calls (each run by ``run_nested``: a tool-call actor under this one) and its log lines
     to a tool that ``runs_nested_calls``; a sub-agent's turn to one that ``runs_sub_agent`` (where the
     runtime runs sub-agents); forms and progress to any.

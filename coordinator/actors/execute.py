@@ -6,7 +6,7 @@ socket pair whose far end is passed to the runner as an extra file descriptor; t
 and stderr are a separate pipe. ``design/execute.md`` describes the protocol.
 
 It runs as the ``run_script`` of the context of a tool that ``runs_nested_calls`` (built by
-``actors/tool_services.py``). Everything the script did is kept through the tool context as it
+``coordinator/actors/tool_services.py``). Everything the script did is kept through the tool context as it
 happens: each log line through ``write_log`` and each settled nested call through ``call_nested``, so
 a stop loses none of it.
 

@@ -22,10 +22,10 @@ import attrs
 import structlog
 import trio
 
-from actors import stops
-from actors.context import SETTLE_SECONDS, TurnScope, Waiter
-from actors.handle import ActorHandle
 from coordinator import clock, events, tracing
+from coordinator.actors import stops
+from coordinator.actors.context import SETTLE_SECONDS, TurnScope, Waiter
+from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.events import Draft
 from coordinator.ids import new_id

@@ -22,10 +22,10 @@ import attrs
 import structlog
 import trio
 
-from actors import settlement, step, stops, tool_call
-from actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
-from actors.handle import ActorHandle
 from coordinator import events
+from coordinator.actors import settlement, step, stops, tool_call
+from coordinator.actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
@@ -103,7 +103,7 @@ async def _run_turn(
 async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:
     """Run a begun turn (its claim taken, its start published) to its one settlement.
 
-    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (actors/task.py,
+    The session actor runs its turns so; a ``task`` call runs its sub-agent's turn so (coordinator/actors/task.py,
     through ``Runtime.run_turn``).
 
     **Cancellation:** stop it through ``scope.handle``; the settlement is shielded and bounded.

@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 import structlog
 
-from actors import stops
 from coordinator import events, wire
+from coordinator.actors import stops
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, ParentLink, StopReason

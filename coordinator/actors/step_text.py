@@ -20,9 +20,9 @@ from collections.abc import Iterator
 import attrs
 import trio
 
-from actors import stops
-from actors.context import TurnScope
 from coordinator import events
+from coordinator.actors import stops
+from coordinator.actors.context import TurnScope
 from coordinator.clock import now_rfc3339
 from coordinator.events import Event
 

@@ -24,10 +24,10 @@ from typing import Any
 import structlog
 import trio
 
-from actors import stops
-from actors.context import Runtime, Takeover, TurnRunner, TurnScope
-from actors.handle import ActorHandle
 from coordinator import events
+from coordinator.actors import stops
+from coordinator.actors.context import Runtime, Takeover, TurnRunner, TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id

@@ -21,10 +21,10 @@ import attrs
 import structlog
 import trio
 
-from actors import settlement, stops, tool_services, wait
-from actors.context import SETTLE_SECONDS, TurnScope
-from actors.handle import ActorHandle
 from coordinator import permissions
+from coordinator.actors import settlement, stops, tool_services, wait
+from coordinator.actors.context import SETTLE_SECONDS, TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import StopReason, Timeout

@@ -28,8 +28,8 @@ from collections.abc import Iterator
 
 import structlog
 
-from actors.context import Runtime, TurnScope
-from actors.handle import ActorHandle
+from coordinator.actors.context import Runtime, TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
 from coordinator.store import Transaction
