@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 
 import attrs
 import structlog
@@ -281,12 +280,12 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
         tx.add_text_part(note_id, RESTART_NOTE)
         return recovered
 
-    resumed = await scope.write(resume)
+    resumed = await scope.journal.write(resume)
     if not isinstance(resumed, settlement.Recovered):
         stops.apply_committed(scope, resumed)
         return
     recovered = resumed
-    scope.unopened_waits.update(call.call_id for call, _ in recovered.restorable)
+    scope.waits.kept(call.call_id for call, _ in recovered.restorable)
     async with trio.open_nursery() as nursery:
         for call, request in recovered.restorable:
             await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
@@ -310,11 +309,8 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
         if text.turn_id == scope.turn_id
     }
     tools = scope.runtime.tools
-    deferred = scope.take_deferred()
 
-    def settle(tx: Transaction, deferred: list[Callable[[Transaction], object]]) -> StopReason | None:
-        for body in deferred:  # the stop's cleanups, children before parents (TurnScope.settle)
-            body(tx)
+    def settle(tx: Transaction) -> StopReason | None:
         settled_as = stops.settle_reason(tx, scope.turn_id, reason)
         if settled_as is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
@@ -324,17 +320,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
         settlement.end_turn(tx, scope.session_id, scope.turn_id, settled_as)
         return settled_as
 
-    try:
-        settled = await scope.write(functools.partial(settle, deferred=deferred))
-    except StoreError as exc:
-        if not deferred and not scope.carried:
-            raise
-        # As when a child's own commit failed: the sweep settles what the cleanups had left, from
-        # the store, with the stop's reason, children first. What the turn carried (the model's
-        # answer, a step's success: ``TurnScope.carry``) is written again with it, first: a
-        # failed commit wrote nothing, and the answer's streamed text must not be lost with it.
-        log.warning("turn_settlement_written_again", error=str(exc))
-        settled = await scope.write(functools.partial(settle, deferred=[]))
+    settled = await scope.journal.settle_turn(settle)
     if settled is None:
         log.info("turn_succeeded")
     else:

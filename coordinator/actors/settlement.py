@@ -270,7 +270,7 @@ def fail_step(
     so the next request of the session sends it as the assistant's content (contract section 9).
 
     A step settles once: one settled already is left as it is (a step that had carried its success,
-    ``TurnScope.carry``, when a stop reached it: the carried body is written first).
+    ``Journal.step_succeeded``, when a stop reached it: the carried body is written first).
     """
     if step_id in tx.running_steps(turn_id):
         _fail_running_step(tx, session_id, turn_id, step_id, reason, partial_text, keep=keep, tools=tools)

@@ -62,7 +62,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         # own, as much again as the statements.
         return index, started, History(after_ord, *tx.history_after(turn.session_id, after_ord))
 
-    index, started, history = await turn.write(begin)
+    index, started, history = await turn.journal.write(begin)
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
@@ -94,7 +94,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
             turn.session_id, turn.turn_id, step_id, _message(reply, calls), reply.usage
         )
         # The next step's start (or the stop that comes instead) commits it: nothing waits between.
-        await turn.carry(functools.partial(_succeed, step_id=step_id, succeeded=succeeded))
+        await turn.journal.step_succeeded(functools.partial(_succeed, step_id=step_id, succeeded=succeeded))
         span.succeeded()
         return True
     raise AssertionError("a step's own scope is never stopped alone")
@@ -197,7 +197,7 @@ async def _conversation(turn: TurnScope, history: History) -> tuple[ChatMessage,
 
 
 async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepText) -> None:
-    """Store an answer without tool calls with the step's success, carried (``TurnScope.carry``) to
+    """Store an answer without tool calls with the step's success, carried (``Journal.answered``) to
     the turn's settlement, which follows at once: nothing outside waits between them, and a stop
     that comes first writes it first, so the answer is kept and the step stays succeeded."""
     succeeded = events.step_succeeded(
@@ -210,7 +210,7 @@ async def _answer(turn: TurnScope, step_id: str, reply: ModelReply, text: StepTe
             _insert_assistant_message(tx, turn, reply)
             tx.emit(succeeded)
 
-    await turn.carry(answer)
+    await turn.journal.answered(answer)
     _recorded(turn, step_id, text)
 
 
@@ -225,13 +225,13 @@ async def _record_reply(
         calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
         return calls, tx.session_rules(turn.session_id)
 
-    recorded = await turn.write(record)
+    recorded = await turn.journal.write(record)
     _recorded(turn, step_id, text)
     return recorded
 
 
 def _succeed(tx: Transaction, *, step_id: str, succeeded: Draft) -> None:
-    """Idempotent, as ``TurnScope.carry`` needs: once the step succeeded, writes nothing."""
+    """Idempotent, as a carried body must be (``Journal.step_succeeded``): once the step succeeded, writes nothing."""
     if tx.succeed_step(step_id):
         tx.emit(succeeded)
 
@@ -293,7 +293,7 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
         settled_as = stops.settle_reason(tx, turn.turn_id, reason) or reason
         settlement.fail_step(tx, turn.session_id, turn.turn_id, step_id, settled_as, unrecorded, tools=tools)
 
-    if await turn.settle(fail):
+    if await turn.journal.settled(fail):
         _recorded(turn, step_id, text)
     # Deferred: the text stays in ``runtime.step_texts`` until the turn's settlement is committed, for
     # the sweep should that transaction be written again without the deferred settlements.

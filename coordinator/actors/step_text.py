@@ -166,7 +166,7 @@ class StepText:
         """
         text = self.text
         if text != self._saved:
-            await self.turn.write(lambda tx: tx.save_streamed_text(self.step_id, text))
+            await self.turn.journal.write(lambda tx: tx.save_streamed_text(self.step_id, text))
             self._saved = text
 
     async def finish(self, reply_text: str) -> None:

@@ -69,7 +69,9 @@ async def decide(turn: TurnScope, reason: StopReason) -> bool:
         # the reason the actors stop with. On PostgreSQL a stop of this process that records no
         # intent (a shutdown) may land while the commit is out; the settlement reads the intent
         # then (``settle_reason``), and it wins over the suspension.
-        if not await turn.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):
+        if not await turn.journal.write(
+            lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None
+        ):
             return False
     return turn.handle.stop(reason)
 

@@ -116,7 +116,7 @@ async def _begin(
         tx.emit(events.turn_started(child_id, turn_id, prompt))
         return tx.get_turn(turn_id), epoch
 
-    row, epoch = await turn.write(begin)
+    row, epoch = await turn.journal.write(begin)
     assert row is not None
     return _scope(runtime, row, epoch), row
 

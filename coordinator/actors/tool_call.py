@@ -42,7 +42,7 @@ class Siblings:
     transaction that recorded them read them (each call's permission is decided by them, with no
     read of its own).
 
-    The last of them to succeed has its success carried (``TurnScope.carry``) to the step's next
+    The last of them to succeed has its success carried (``Journal.call_succeeded``) to the step's next
     transaction: the next step's start follows it at once, so nothing outside waits between them,
     and one commit a tool turn is saved."""
 
@@ -106,7 +106,7 @@ async def run(
             partial = _partial(context, capabilities, failure.partial)
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_failed(turn, call, error, partial, stopped_for=stopped_for)
-            turn.forget_unopened_wait(call.call_id)
+            turn.waits.forget(call.call_id)
             # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
             # stop's, on the span as in the wait and step spans around it.
             span.failed(error.type, error.message, stopped_for=stopped_for)
@@ -204,7 +204,7 @@ async def _run_bounded(
             if record_start:
                 # A call that waited on a person is restored by the next start while its tool has not
                 # started (its reply applied then): so the start is committed, fenced, first.
-                await turn.write(lambda tx: tx.mark_tool_started(call.session_id, call.call_id))
+                await turn.journal.write(lambda tx: tx.mark_tool_started(call.session_id, call.call_id))
             # A tool acts outside the process: its start must be durable first, or after a power loss
             # the call could look never started and run twice.
             await turn.runtime.store.durable()
@@ -273,18 +273,15 @@ def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = N
 
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any, *, last: bool) -> None:
-    """Commit the success, or carry it when the step's next transaction follows at once (``last``)."""
+    """Tell the journal the call succeeded; ``last``: it ends its step."""
     tools = turn.runtime.tools
 
     def succeed(tx: Transaction) -> None:
-        # Idempotent, as ``TurnScope.carry`` needs: a settled call is not settled again.
-        waits = turn.may_have_waits(call.call_id)
+        # Idempotent, as a carried body must be (``Journal.call_succeeded``): a settled call is not settled again.
+        waits = turn.waits.may_have_waits(call.call_id)
         settlement.settle_call(tx, call, tools=tools, output=output, stopped_for=None, waits=waits)
 
-    if last:
-        await turn.carry(succeed)
-    else:
-        await turn.write(succeed)
+    await turn.journal.call_succeeded(succeed, ends_its_step=last)
 
 
 async def _settle_failed(
@@ -296,7 +293,7 @@ async def _settle_failed(
     stopped_for: StopReason | None,
 ) -> None:
     tools = turn.runtime.tools
-    await turn.settle(
+    await turn.journal.settled(
         lambda tx: settlement.settle_call(
             tx,
             call,
@@ -304,7 +301,7 @@ async def _settle_failed(
             error=error,
             partial=partial,
             stopped_for=stopped_for,
-            waits=turn.may_have_waits(call.call_id),
+            waits=turn.waits.may_have_waits(call.call_id),
         )
     )
 
@@ -313,15 +310,15 @@ async def _settle_stopped(
     turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext, capabilities: Capabilities
 ) -> None:
     reason = handle.reason_or_failure()
-    if call.call_id in turn.unopened_waits:
+    if turn.waits.is_kept(call.call_id):
         # A restored call stopped before it re-opened its kept wait: that wait is revoked now, with
         # the stop's reason, and counts among the waits every call's failure comes after.
         if not await _kept_for_restore(turn, call, reason):
-            await turn.settle(
+            await turn.journal.settled(
                 lambda tx: settlement.revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
             )
-        turn.forget_unopened_wait(call.call_id)
-    await turn.waits_settled()
+        turn.waits.forget(call.call_id)
+    await turn.waits.settled()
     await turn.checkpoint("settle.tool")
     if await _kept_for_restore(turn, call, reason):
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)

@@ -138,11 +138,11 @@ class _Services:
     async def write_log(self, line: str) -> None:
         self.context.logs.append(line)
         logged = events.tool_progress_log(self.turn.session_id, self.call.call_id, line)
-        await self.turn.write(lambda tx: tx.emit(logged))
+        await self.turn.journal.write(lambda tx: tx.emit(logged))
 
     async def record_process_group(self, group: ProcessGroup) -> None:
         session_id, call_id = self.turn.session_id, self.call.call_id
-        await self.turn.write(lambda tx: tx.set_process_group(session_id, call_id, group))
+        await self.turn.journal.write(lambda tx: tx.set_process_group(session_id, call_id, group))
 
 
 async def _start_nested(
@@ -171,7 +171,7 @@ async def _start_nested(
         tx.insert_tool_call(nested, now_rfc3339())
         tx.emit(started)
 
-    await turn.write(start)
+    await turn.journal.write(start)
     return nested
 
 
@@ -185,7 +185,7 @@ async def _record_nested(
     )
     context.calls.append(finished)
     progress = events.tool_progress_nested(turn.session_id, context.call_id, finished)
-    await turn.write(lambda tx: tx.emit(progress))
+    await turn.journal.write(lambda tx: tx.emit(progress))
 
 
 # At most one progress commit per call in this many seconds; in between, only the latest detail is kept.
@@ -202,7 +202,7 @@ async def serve_progress(turn: TurnScope, context: ToolContext) -> None:
         await context.progress_changed.wait()
         context.progress_changed = trio.Event()
         detail = context.latest_progress
-        await turn.write(functools.partial(_store_progress, turn.session_id, context.call_id, detail))
+        await turn.journal.write(functools.partial(_store_progress, turn.session_id, context.call_id, detail))
         await trio.sleep(PROGRESS_SECONDS)
 
 

@@ -108,11 +108,11 @@ async def run(
 
     **Raises:** ``Fenced`` if the claim was taken over.
     """
-    turn.waiting_calls.add(call_id)  # first: its row may be committed before anything else runs
+    turn.waits.began(call_id)  # first: its row may be committed before anything else runs
     answered = kind.answered_at_restore()
     if answered is not None:
         # Answered while no wait was live (the turn suspended, or its owner dead): nothing to open.
-        turn.forget_unopened_wait(call_id)
+        turn.waits.forget(call_id)
         wait = await turn.runtime.store.read(lambda reader: kind.wait_row(reader, answered))
         return await _answered_meanwhile(turn, kind, answered, wait)
     opened = await _open(turn, kind, call_id)
@@ -121,12 +121,12 @@ async def run(
     # A reply committed after the open's read and before this (by another node, on PostgreSQL)
     # resolves no waiter; the watch applies it (``decisions.apply_remote_decisions``).
     waiter = turn.runtime.waits.expect(asked.id)
-    with kind.span(turn.runtime.tracing, asked, handle) as span, turn.wait_opened(call_id):
+    with kind.span(turn.runtime.tracing, asked, handle) as span, turn.waits.open(call_id):
         try:
             return await _wait(turn, kind, opened, waiter, span)
         except BaseException:
             with (
-                turn.settled_by_its_call_unless_done(call_id),
+                turn.waits.settling(call_id),
                 trio.move_on_after(SETTLE_SECONDS, shield=True),
             ):
                 await _settle(turn, kind, handle, asked, restorable)
@@ -168,7 +168,7 @@ async def _open(turn: TurnScope, kind: WaitKind[Asked, Any], call_id: str) -> _O
         answered_wait = None if answered is None else kind.wait_row(tx, answered)
         return _Opened(kept, None if wait is None else wait.deadline_at, answered, answered_wait)
 
-    return await turn.write(open_wait)
+    return await turn.journal.write(open_wait)
 
 
 async def _wait(
@@ -218,7 +218,7 @@ async def _settle(
     if reason.resumable and restorable:
         log.info(kind.kept_log, **{kind.id_key: asked.id}, reason=reason.type)
         return
-    await turn.settle(lambda tx: kind.revoke(tx, asked, reason))
+    await turn.journal.settled(lambda tx: kind.revoke(tx, asked, reason))
 
 
 @attrs.frozen

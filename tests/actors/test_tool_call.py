@@ -14,6 +14,7 @@ import trio.testing
 from coordinator import decisions
 from coordinator.actors import tool_call
 from coordinator.actors.context import TurnScope
+from coordinator.actors.journal import Journal
 from coordinator.config import Config
 from coordinator.models.base import ToolSpec
 from coordinator.records import Rule
@@ -77,19 +78,19 @@ async def _run_calls(
 
 
 class SlowRevocations:
-    """``TurnScope.settle``, except that a settlement of one of the ``slow`` tasks, once the turn
+    """``Journal.settled``, except that a settlement of one of the ``slow`` tasks, once the turn
     stops, waits until ``release`` is set: a wait whose cleanup takes its time (a busy disk, a slow
     network)."""
 
     def __init__(self) -> None:
         self.slow: set[trio.lowlevel.Task] = set()
         self.release = trio.Event()
-        original = TurnScope.settle
+        original = Journal.settled
 
-        async def settle(turn: TurnScope, body: Callable[[Transaction], object]) -> bool:
-            if turn.stopping and trio.lowlevel.current_task() in self.slow:
+        async def settle(journal: Journal, body: Callable[[Transaction], object]) -> bool:
+            if journal.handle.reason is not None and trio.lowlevel.current_task() in self.slow:
                 await self.release.wait()
-            return await original(turn, body)
+            return await original(journal, body)
 
         self.settle = settle
 
@@ -115,7 +116,7 @@ async def test_a_stopped_call_fails_only_after_every_wait_of_the_turn_is_revoked
     async with open_harness(tmp_path, config=config, tools=TOOLS) as harness:
         turn = harness.live()
         slow = SlowRevocations()
-        monkeypatch.setattr(TurnScope, "settle", slow.settle)
+        monkeypatch.setattr(Journal, "settled", slow.settle)
         asking, running = call_row("c1", "gate", input={"text": "x"}), call_row("c2", "block")
         await start_step(harness, asking, running)
         async with trio.open_nursery() as nursery:
@@ -126,7 +127,7 @@ async def test_a_stopped_call_fails_only_after_every_wait_of_the_turn_is_revoked
                 assert await decisions.interrupt(harness.runtime, "ses_1", "api")
                 await trio.testing.wait_all_tasks_blocked()
                 # c1's wait is still revoking its request: c2, stopped too, must not fail before it.
-                assert turn.deferred == []
+                assert turn.journal.deferred == ()
             finally:
                 slow.release.set()
         await harness.settle()

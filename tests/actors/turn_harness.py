@@ -42,10 +42,9 @@ class Harness:
         return [event.type for event in self.events]
 
     async def settle(self) -> None:
-        """Commit the settlements the stopped turn's cleanups deferred (``TurnScope.settle``), in one
+        """Commit the settlements the stopped turn's cleanups deferred (``Journal.settled``), in one
         transaction, in their order, as the session's own settlement does first."""
-        deferred = self.turn.take_deferred()
-        await self.turn.write(lambda tx: [body(tx) for body in deferred])
+        await self.turn.journal.settle_turn(lambda tx: None)
 
     def live(self) -> TurnScope:
         """Register the turn as running in this process (as the session actor does)."""

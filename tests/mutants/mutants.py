@@ -179,7 +179,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/actors/tool_call.py",
                 old=(
-                    "    await turn.waits_settled()",
+                    "    await turn.waits.settled()",
                     '    await turn.checkpoint("settle.tool")',
                 ),
                 new=('    await turn.checkpoint("settle.tool")',),
@@ -261,12 +261,12 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/actors/stops.py",
                 old=(
-                    "        if not await turn.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):",
+                    "        if not await turn.journal.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):",
                     "            return False",
                 ),
                 new=(
                     "        stopped = turn.handle.stop(reason)",
-                    "        await turn.write(lambda tx: tx.record_stop_intent(turn.turn_id, reason))",
+                    "        await turn.journal.write(lambda tx: tx.record_stop_intent(turn.turn_id, reason))",
                     "        return stopped",
                 ),
             ),
