@@ -1,4 +1,4 @@
-"""On PostgreSQL (contract section 11): one node's sequential turns, three nodes' turns through their
+"""On PostgreSQL, nodes sharing one database: one node's sequential turns, three nodes' turns through their
 HTTP APIs, and how long a takeover takes after a ``kill -9``.
 
 Each workload runs on a fresh database of its own on the server ``--pg`` names (created with the

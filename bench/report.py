@@ -17,7 +17,7 @@ import attrs
 
 @attrs.frozen(kw_only=True)
 class Figure:
-    """One headline figure of issue 8's table: what it measures, its unit and its target."""
+    """One headline figure of the benchmark report: what it measures, its unit and its target."""
 
     key: str
     workload: str

@@ -1,4 +1,4 @@
-"""The embedding API: ``open_coordinator`` and the ``Coordinator`` it yields (contract section 7)."""
+"""The embedding API: ``open_coordinator`` and the ``Coordinator`` it yields."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class Coordinator:
 
     async def nodes(self) -> list[Node]:
         """The live nodes sharing this coordinator's store (this one among them), oldest first: each
-        node's id, host, start, last heartbeat and how many sessions it runs (contract section 11)."""
+        node's id, host, start, last heartbeat and how many sessions it runs."""
         lease = self._runtime.config.server.lease
         return await self._runtime.store.read(lambda reader: reader.live_nodes(lease))
 
@@ -129,8 +129,8 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
         """
         self._check_open()
-        # A scheduling point, as the session's read before the queueing had been: the chaos
-        # campaign's recorded runs replay by the order of checkpoints across sessions (design/chaos.md).
+        # A scheduling point before the queueing: the chaos campaign replays a run by the order in which
+        # sessions pass their checkpoints, and that order counts this one (design/chaos.md).
         await trio.lowlevel.checkpoint()
         turn_id = await decisions.queue_prompt(self._runtime, session_id, text)  # checks the session
         self._registry.ensure_running(session_id)
@@ -200,7 +200,7 @@ class Coordinator:
     async def reply_permission(
         self, session_id: str, request_id: str, decision: str, message: str | None = None
     ) -> PermissionRequest:
-        """Answer a permission request (contract section 6): ``once``, ``always`` or ``reject``.
+        """Answer a permission request: ``once``, ``always`` or ``reject``.
 
         **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with its settlement),
         ``InvalidRequest`` (an unknown decision), ``CoordinatorClosed`` during a shutdown (the request
@@ -267,7 +267,7 @@ class Coordinator:
         for each step streaming when the replay ends, one delta at offset 0 with its text so far. A
         lagging subscriber may lose deltas (their offsets show it), never a stored event. With
         ``descendants=True`` (and a ``session_id``) the events of the session's sub-agent sessions, at
-        every depth, come too (contract section 12).
+        every depth, come too.
 
         When retention deleted events after ``after`` (``[store] keep_events_days``), the replay begins
         with a ``stream.truncated`` event (``seq`` None, payload ``{"oldest_seq": N}``: the oldest kept

@@ -1,5 +1,5 @@
 """``open_coordinator``: the store, the bus, the runtime and the root nursery, opened in that order;
-recovery at start; and the graceful shutdown that leaving the block is (contract section 7)."""
+recovery at start; and the graceful shutdown that leaving the block is."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The ``coordinator`` command line (contract sections 1 and 14): serve, init, the commands that talk
-to a running server (``remote.py``), events, demo, chaos and bench.
+"""The ``coordinator`` command line: serve, init, the commands that talk to a running server
+(``remote.py``), events, demo, chaos and bench.
 
 Exit codes: 0 on success and on a clean shutdown (SIGTERM, SIGINT), 1 when something failed at run
 time (the address is taken, the server cannot be reached), 2 on bad usage or a bad config file. Every
@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the HTTP server until SIGTERM/SIGINT")
-    serve.add_argument("--config", metavar="FILE", help="a TOML config file (contract section 2)")
+    serve.add_argument(
+        "--config", metavar="FILE", help="a TOML config file (`coordinator init` writes an example)"
+    )
     serve.add_argument("--db", metavar="PATH", help="the SQLite database; overrides [server] db")
     serve.add_argument("--host", metavar="H", help="the address to listen on; overrides [server] host")
     serve.add_argument(
@@ -113,12 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument(
         "--config",
         metavar="FILE",
-        help="your config: its plugins, permission rules and timeouts (section 15)",
+        help="your config: the campaign runs its plugins, permission rules and timeouts",
     )
     chaos.add_argument(
         "--script",
         metavar="FILE",
-        help="what the scripted model asks for (section 8); default built-in programs",
+        help="a JSON script of what the scripted model answers; default built-in programs",
     )
     chaos.add_argument("--runs", metavar="N", type=int, default=100, help="how many runs (default 100)")
     chaos.add_argument("--seed", metavar="S", type=int, default=0, help="the first run's seed (default 0)")

@@ -1,6 +1,6 @@
 """A thin async client of the HTTP API that raises the same named errors as the embedding API.
 
-Methods mirror ``Coordinator`` (contract section 7) and return the same records; an error response
+Methods mirror ``Coordinator`` (the embedding API) and return the same records; an error response
 becomes the ``coordinator.errors`` class it names, with its details (``PermissionAlreadySettled``
 carries ``settlement``). ``events`` follows the stream across dropped connections with
 ``Last-Event-ID``, so a restart of the server loses no event and repeats none.

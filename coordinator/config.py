@@ -1,4 +1,4 @@
-"""The configuration (contract section 2): frozen values, built from TOML, flags and keywords."""
+"""The configuration: frozen values, built from TOML, flags and keywords."""
 
 from __future__ import annotations
 
@@ -29,16 +29,15 @@ class ServerConfig:
     lease: float = 15
     max_resumes: int = 5
     resume: Literal["auto", "manual"] = "auto"
-    """``auto``: a start resumes suspended and crashed turns (contract section 6); ``manual``: it parks
-    them, suspended, until ``POST /api/session/{sid}/resume`` or an interrupt (section 14)."""
+    """``auto``: a start resumes suspended and crashed turns; ``manual``: it parks them, suspended,
+    until ``POST /api/session/{sid}/resume`` or an interrupt."""
     shutdown_grace: float = 10
     allowed_hosts: tuple[str, ...] = ()
-    """Host names (``agents.example.com``) answered besides the loopback ones (contract section 10)."""
+    """Host names (``agents.example.com``) answered besides the loopback ones; any other gets 421."""
     cors_origins: tuple[str, ...] = ()
     """Origins (``https://app.example.com``) whose web pages may call the API, with CORS headers."""
     node_id: str = ""
-    """This node's id among the nodes sharing one database (contract section 11); empty: a new id
-    at each start."""
+    """This node's id among the nodes sharing one database; empty: a new id at each start."""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,7 +89,7 @@ class LimitsConfig:
     """``[limits]``: bounds on what a turn may start."""
 
     task_depth: int = 3
-    """How deep sub-agent sessions nest: a ``task`` call that would make a deeper one fails (§12)."""
+    """How deep sub-agent sessions nest: a ``task`` call that would make a deeper one fails."""
 
 
 @attrs.frozen(kw_only=True)
@@ -168,7 +167,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
 
 
 def load_config(path: str | Path | None) -> Config:
-    """Read and check a TOML config file (contract section 2); ``None`` gives the defaults.
+    """Read and check a TOML config file; ``None`` gives the defaults.
 
     ``base_dir`` becomes the file's folder (the defaults use the current directory).
 

@@ -33,10 +33,10 @@ RULES = (Rule(action="*", resource="*", effect="allow"), Rule(action="shell", re
 ECHO = {
     "tool_calls": [{"id": "call_echo", "name": "shell", "input": {"command": "echo hello from the demo"}}]
 }
-# Streamed in pieces, so the demo shows the model's text arriving as live deltas (contract section 9).
+# Streamed in pieces, so the demo shows the model's text arriving as live deltas.
 DONE = {"chunks": ["The command ", "printed ", "its ", "greeting."], "chunk_delay": 0.05}
 STORY = {"chunks": ["Once ", "upon ", "a ", "time, ", "a ", "turn ", "was ", "stopped."], "chunk_delay": 0.1}
-# The parent delegates to a sub-agent titled "helper", which asks to run the command (contract §12).
+# The parent delegates to a sub-agent titled "helper", which asks to run the command.
 DELEGATE = {
     "tool_calls": [{"id": "call_task", "name": "task", "input": {"prompt": "say hello", "title": "helper"}}]
 }

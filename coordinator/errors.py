@@ -90,7 +90,7 @@ class Unauthorized(ClientError):
 class ForbiddenOrigin(ClientError):
     """The request carries an ``Origin`` that is neither the server's own nor in ``[server] cors_origins``.
 
-    A web page the user happens to visit must never drive the local server (contract section 10).
+    A web page the user happens to visit must never drive the local server.
     """
 
     name: ClassVar[str] = "ForbiddenOrigin"

@@ -209,8 +209,9 @@ def _takeover_of(
     turn: TurnRow, claim: ClaimRow | None, owner: InstanceRow | None, liveness: Liveness, now: float
 ) -> Takeover | None:
     """How ``turn`` is taken over, or None while its owner lives (and runs it)."""
-    # A suspended turn whose claim is held again is being resumed by that owner (between its
-    # claim and its resume): taken only if that owner died (design/model/README.md, finding 4).
+    # A suspended turn whose claim is held again is being resumed by that owner (between its claim
+    # and its resume): taken only if that owner died, or live nodes would take it from each other
+    # without end (design/model/ checks this).
     suspended = claim is not None and claim.state == "suspended"
     if not suspended and not liveness.owner_is_dead(owner, now):
         return None

@@ -1,5 +1,5 @@
-"""The CLI commands that talk to a running server (contract section 14): sessions, prompt, reply,
-interrupt, resume and events.
+"""The CLI commands that talk to a running server: sessions, prompt, reply, interrupt, resume and
+events.
 
 Each finds the server at ``--url``, by default the ``[server]`` host and port of ``--config`` (or of
 ``coordinator.toml`` in the current folder when there is one, else 127.0.0.1:4096), and sends the

@@ -1,4 +1,4 @@
-"""The chaos campaign (issue 7): faults injected at every checkpoint, the brief's invariants after each run.
+"""The chaos campaign: faults injected at every checkpoint, the invariants checked after each run.
 
 ``coordinator chaos --runs N --seed S`` runs ``main``. See ``design/chaos.md`` for the checkpoints, the
 faults, the invariants and how a failing run is shrunk and replayed.

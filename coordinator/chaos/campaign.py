@@ -60,7 +60,7 @@ class RunResult:
     errors: tuple[str, ...] = ()
     reached: tuple[str, ...] = ()  # the plugin checkpoints the run passed (rows of the table)
     setup: Setup | None = None  # the user's config and script, for the replay line
-    # Faults that took effect at a checkpoint inside a sub-agent session (contract section 12).
+    # Faults that took effect at a checkpoint inside a sub-agent session.
     in_sub_agents: int = 0
 
     @property

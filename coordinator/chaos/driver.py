@@ -228,7 +228,7 @@ class Driver:
             if settling:
                 message = (
                     f"an interrupt at {park.injection.label()} answered true while {park.turn.turn_id} was "
-                    "already settling (contract section 6: it answers false and changes nothing)"
+                    "already settling (an interrupt of a settling turn answers false and changes nothing)"
                 )
                 self.record.violate(1, message)
 

@@ -75,7 +75,7 @@ def rate_of(name: str) -> float:
 BUDGETS = (1, 1, 2, 2, 3)
 MAX_FAULTS = max(BUDGETS)
 # A wait that opens while another of the turn is pending: a stop now must revoke them all before any
-# call fails (seed 003 lived here), and such moments are rare; inject there more often.
+# call fails, and such moments are rare; inject there more often.
 CROWDED_WAIT_RATE = 0.7
 CROWDED_FAULTS = ("interrupt", "decline", "deadline", *FAULT_KINDS)
 

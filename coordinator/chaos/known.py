@@ -41,8 +41,8 @@ def injected(result: Result, kind: str) -> bool:
     return any(fault == kind for fault, _ in result.applied)
 
 
-# F1-F12 are fixed and described in design/chaos.md; their scenarios in
-# tests/scenarios/test_chaos_findings.py now guard the fixes.
+# Empty while every bug the campaign found is fixed (design/chaos.md lists them); their scenarios in
+# tests/scenarios/test_chaos_findings.py guard the fixes.
 FINDINGS: tuple[Finding, ...] = ()
 
 

@@ -1,6 +1,6 @@
 """The people at the nodes' keyboards in a round over several nodes: they create sessions and prompt
 through random nodes, answer permission requests and forms, interrupt, and prompt again, each through a
-node that does not hold the session's claim (any node answers any route, contract section 11)."""
+node that does not hold the session's claim (any node answers any route of any session)."""
 
 from __future__ import annotations
 

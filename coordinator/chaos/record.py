@@ -24,13 +24,13 @@ EVENT_PAGE = 100_000
 
 @attrs.frozen
 class Violation:
-    """An invariant (brief.md, 1 to 7) that did not hold, and what was seen."""
+    """An invariant (numbered as in design/chaos.md) that did not hold, and what was seen."""
 
     invariant: int
     message: str
 
     def __str__(self) -> str:
-        # 0: the user's scenario failed (``run_chaos``), which is no invariant of the brief's.
+        # 0: the user's scenario failed (``run_chaos``), which is no numbered invariant.
         return (
             f"invariant {self.invariant}: {self.message}" if self.invariant else f"scenario: {self.message}"
         )

@@ -97,9 +97,9 @@ def _restores(
 def check_stop_order(record: RunRecord, view: StoreView) -> list[Violation]:
     """4: a stopping turn revokes its waits with its own reason, all of them before any call fails.
 
-    Contract section 5: "every pending permission and form of the turn is revoked, every unsettled tool
-    call fails, the step fails, then exactly one terminal event". Only what the stop settles counts:
-    from its intent (or, for a stop with none, its first settlement) on.
+    A stop settles in this order: every pending permission and form of the turn is revoked, every
+    unsettled tool call fails, the step fails, then exactly one terminal event. Only what the stop
+    settles counts: from its intent (or, for a stop with none, its first settlement) on.
     """
     found: list[Violation] = []
     revoked, failed = _stop_settlements(view)
@@ -198,7 +198,7 @@ def check_calls(record: RunRecord, view: StoreView) -> list[Violation]:
 def _before_their_step(
     record: RunRecord, view: StoreView, ends: dict[tuple[str, str], Event]
 ) -> list[Violation]:
-    """Children settle before parents: a step's calls before the step (contract section 5).
+    """Children settle before parents: a step's calls before the step.
 
     A shutdown fails the step but keeps its calls that wait on a person, and a restart fails the step a
     dead coordinator left and restores those calls: they settle later, under the next coordinator. Only

@@ -88,7 +88,7 @@ def _read_script(path: Path) -> Any:
 
 
 def _check_script(items: Any, label: str) -> None:
-    ScriptedModel.from_json(items, label)  # contract section 8's format
+    ScriptedModel.from_json(items, label)  # the scripted model's own check of the script's format
     if items[-1].get("tool_calls"):
         # Request i gets item min(i, len-1): a last item that calls tools calls them for ever.
         message = "the last item calls tools, so every turn would call them until its step limit; end with a text item"

@@ -1,6 +1,6 @@
-"""Invariant 10 of the brief, over sub-agent sessions (contract section 12): a child never outlives its
-parent's turn; its stop reason is its parent's (with ``parent`` naming the task call) or its own; and
-(with ``check_resumes``, which counts every turn, children included) each resumes exactly once."""
+"""Invariant 10, over sub-agent sessions: a child never outlives its parent's turn; its stop reason is
+its parent's (with ``parent`` naming the task call) or its own; and (with ``check_resumes``, which
+counts every turn, children included) each resumes exactly once."""
 
 from __future__ import annotations
 

@@ -79,9 +79,9 @@ class World:
 def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     """Draw a world: 1-3 sessions (one when real processes run, to keep the run replayable), some with
     a sub-agent (``_with_sub_agents``)."""
-    # Sub-agents are drawn from their own generator, seeded by this one's state before any draw: every
-    # other draw, so every world without sub-agents and the schedules recorded for it, stays as it was
-    # (the salt keeps the runs of tests/coordinator/chaos/test_campaign.py::FOUND without sub-agents).
+    # Sub-agents are drawn from their own generator, seeded by this one's state before any draw, so
+    # that the other draws, and the runs tests/coordinator/chaos/test_campaign.py::FOUND pins by seed
+    # and index, do not depend on them (the salt keeps those runs without sub-agents).
     sub_rng = random.Random(f"task:{rng.getstate()[1][:8]}")
     processes = rng.random() < 0.2
     sessions = 1 if processes else rng.choice((1, 1, 2, 2, 3))
@@ -101,7 +101,7 @@ def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     return world if processes else _with_sub_agents(sub_rng, world)
 
 
-# A share of the worlds without real processes gives one session a sub-agent (contract section 12),
+# A share of the worlds without real processes gives one session a sub-agent,
 # which itself has one in a share of those (two levels deep).
 SUB_AGENT_SHARE = 0.3
 GRANDCHILD_SHARE = 0.3
@@ -158,8 +158,8 @@ def make_user_world(rng: random.Random, base_dir: Path, db: Path, setup: Setup) 
     sessions = 0 if setup.scenario is not None else 1
     script = setup.script or ({"text": "done"},)
     timeouts = attrs.evolve(user.timeouts, turn=user.timeouts.turn or TURN_LIMIT)
-    # The campaign checks section 6's resume rules (invariant 3): its restarts resume, whatever the
-    # user's `[server] resume` says, or "manual" would leave every restarted turn parked.
+    # The campaign checks that a restart resumes each suspended or crashed turn (invariant 3), so its
+    # restarts resume whatever the user's `[server] resume` says: "manual" would leave them parked.
     server = attrs.evolve(user.server, db=str(db), resume="auto")
     config = attrs.evolve(user, server=server, timeouts=timeouts, model=ModelConfig(provider="scripted"))
     external = _own_deadlines(user) | (
@@ -217,8 +217,8 @@ def _script(rng: random.Random, session: int, processes: bool) -> tuple[dict[str
         if not processes:
             item["delay"] = rng.choice((0, 0, 0, 1, 2))
         items.append(item)
-    # The last answer streams in chunks, so stops land between them (``model.chunk``); no draw is added,
-    # so every run keeps the world and the faults it had.
+    # The last answer streams in chunks, so stops land between them (``model.chunk``); it takes no draw,
+    # so the worlds and faults drawn after it do not depend on it.
     delay = 0 if processes else rng.choice((0, 0, 1))
     items.append({"chunks": ["All ", "done", "."], "chunk_delay": 0 if processes else 0.5, "delay": delay})
     return tuple(items)

@@ -87,7 +87,7 @@ class ModelRequest:
     index: int
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...]
-    # The session's title: the scripted model picks a sub-agent's script by it (contract section 12).
+    # The session's title: the scripted model picks a sub-agent's script by it.
     title: str = ""
     text: TextSink = attrs.field(factory=DiscardText, eq=False, repr=False)
 

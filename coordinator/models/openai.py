@@ -69,7 +69,7 @@ def build_request_body(request: ModelRequest, model_name: str) -> dict[str, Any]
     body: dict[str, Any] = {
         "model": model_name,
         "stream": True,
-        # The usage arrives in a last chunk with no choices (contract section 9 reports it).
+        # The usage arrives in a last chunk with no choices; ``session.step.succeeded`` reports it.
         "stream_options": {"include_usage": True},
         "messages": [_message_json(message) for message in request.messages],
     }

@@ -121,7 +121,7 @@ class StreamReader:
 
     Owned by the task reading one response. A failure found mid-stream (a malformed payload, an error
     object) is kept, not raised, so the caller's read loop never leaves early; ``raise_failure``
-    raises it once the body ended. A stream is whole only with a ``finish_reason`` (contract §9).
+    raises it once the body ended. A stream is whole only with a ``finish_reason``.
     """
 
     sink: TextSink

@@ -1,4 +1,4 @@
-"""Offline models: a JSON script replayed request by request, and the built-in demo (contract section 8)."""
+"""Offline models: a JSON script replayed request by request, and the built-in demo."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class ScriptItem:
     """One scripted answer: its text (streamed as ``chunks``) and tool calls, after ``delay`` seconds.
 
     ``chunk_delay`` seconds pass between two chunks; ``cut`` ends the stream without a finish, which
-    fails the request (contract section 9).
+    fails the request, as a real model's stream cut short does.
     """
 
     chunks: tuple[str, ...] = ()
@@ -93,7 +93,7 @@ def _seconds(item: dict[str, Any], key: str, where: str) -> float:
 
 
 def scripted_usage(request: ModelRequest, text: str) -> Usage:
-    """The scripted models' usage (contract section 9): characters sent and answered, over 4."""
+    """The scripted models' usage, a rough token count: characters sent and answered, over 4."""
     # Built-ins only (no Python frame a message): a long session's request has thousands.
     sent = sum(map(len, filter(None, map(_CONTENT, request.messages))))
     return Usage(input_tokens=sent // 4, output_tokens=len(text) // 4)
@@ -132,7 +132,7 @@ class ScriptedModel:
     """Answers request ``i`` of a session with item ``min(i, len - 1)`` of its script.
 
     ``items`` is the script of every session; ``by_title`` holds scripts for sessions by their title
-    (a script object ``{"TITLE": [...], "*": [...]}``, contract section 12), ``items`` then being
+    (a script object ``{"TITLE": [...], "*": [...]}``, for sub-agents), ``items`` then being
     the ``"*"`` list (empty when the object has none: a session of another title fails its request).
     """
 

@@ -1,4 +1,4 @@
-"""The HTTP API of contract section 4.
+"""The HTTP API: sessions, turns, permission requests, forms and the event stream over HTTP.
 
 ``app.build_app`` makes the Starlette app over a ``Coordinator``; ``serve.serve`` runs it with
 hypercorn's trio worker and shuts down gracefully. ``bodies`` and ``schema`` hold the request and

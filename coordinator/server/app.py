@@ -1,4 +1,4 @@
-"""The HTTP API of contract section 4 as a Starlette app over one ``Coordinator``."""
+"""The HTTP API as a Starlette app over one ``Coordinator``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The HTTP edge (contract section 10): which hosts, origins and media types the server answers at all.
+"""The HTTP edge: which hosts, origins and media types the server answers at all.
 
 A web page the user happens to visit can reach a server on the user's laptop: by DNS rebinding (its
 own host name resolving to 127.0.0.1, so the request carries a foreign ``Host``), or by a cross-site

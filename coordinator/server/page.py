@@ -1,4 +1,4 @@
-"""The web page for people (contract section 13): static files shipped in the package, served at ``/``.
+"""The web page for people: static files shipped in the package, served at ``/``.
 
 The page needs no token to load: it holds no data. Its script asks the person for the token when the
 API answers 401 and sends it as a bearer. Every file is read once, when the app is built, so a request

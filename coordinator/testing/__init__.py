@@ -3,7 +3,7 @@
 Public names (pinned by ``tests/test_public_api.py``):
 
 - ``async with open_test_coordinator(config=..., script=..., tmp_path=...) as coord``: a coordinator
-  on a fresh database, its model scripted (contract section 8);
+  on a fresh database, its model answering from a JSON script;
 - ``await run_chaos(scenario, config=..., script=..., runs=N, seed=S)``: runs your ``async def
   scenario(coord)`` under injected faults, checks every invariant after each run, and raises
   ``ChaosFailure`` (``.seed``, ``.run``, ``.schedule``, ``.replay``, ``.violations``) on the first run

@@ -34,7 +34,7 @@ async def open_test_coordinator(
     Args:
         config: a config file, a ``Config`` or None: its plugins, rules and timeouts apply; its
             ``[server] db`` and ``[model]`` provider do not.
-        script: the scripted model's script (contract section 8): a JSON file or its parsed list;
+        script: the scripted model's script, the answers it gives in turn: a JSON file or its parsed list;
             default the config's ``[model] script``, else the built-in demo model.
         tmp_path: where the database goes (pytest's ``tmp_path``); default a temporary folder,
             removed on exit.
@@ -88,7 +88,7 @@ async def run_chaos(
     Args:
         scenario: the user's program, ``async def scenario(coord)``.
         config: a config file, a ``Config`` or None.
-        script: what the model asks for (contract section 8), a file or its parsed list.
+        script: what the model answers, a JSON file or its parsed list.
         runs: how many runs (0 to runs - 1).
         seed: the campaign's seed.
         only: run only this run (a replay); ``schedule``: with it, inject exactly these faults.

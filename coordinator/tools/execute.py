@@ -36,7 +36,7 @@ _CUT_NOTE_BYTES = 32
 
 @attrs.frozen(kw_only=True)
 class ExecuteResult:
-    """A finished script (contract section 3): what it returned, printed and called; all three always."""
+    """A finished script: what it returned, printed and called; all three always."""
 
     result: Any
     logs: list[str]
@@ -180,7 +180,7 @@ async def _run(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 
 
 def execute_tool() -> Tool:
-    """The ``execute`` tool (contract section 3); its scripts run in ``coordinator.actors.execute.run``."""
+    """The ``execute`` tool; its scripts run in ``coordinator.actors.execute.run``."""
     return Tool(
         spec=ToolSpec(name="execute", description=_DESCRIPTION, parameters=_PARAMETERS),
         resource=any_resource,

@@ -1,4 +1,4 @@
-"""The built-in ``task`` tool: a sub-agent, one turn of a child session of its own (contract section 12).
+"""The built-in ``task`` tool: a sub-agent, one turn of a child session of its own.
 
 The tool only checks its input; the turn is run by ``coordinator/actors/task.py`` as a child actor of the call,
 through the ``run_task`` its tool context offers.
