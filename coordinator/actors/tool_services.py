@@ -12,7 +12,7 @@ import attrs
 import trio
 
 from coordinator import events, wire
-from coordinator.actors import execute, task, wait
+from coordinator.actors import task, wait
 from coordinator.actors.context import TurnRunner, TurnScope
 from coordinator.actors.handle import ActorHandle
 from coordinator.actors.settlement import preview
@@ -21,6 +21,7 @@ from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
+from coordinator.tools import execute_script
 from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
 from coordinator.tools.process import ProcessGroup
 
@@ -40,7 +41,7 @@ def build_context(
 ) -> ToolContext:
     """The context the tool of ``call`` runs with; its state is read back for the partial result.
 
-    It offers the services the tool's ``capabilities`` call for: a script's run (``coordinator.actors.execute``),
+    It offers the services the tool's ``capabilities`` call for: a script's run (``coordinator/tools/execute_script.py``),
     its nested calls (each run by ``run_nested``: a tool-call actor under this one) and its log lines
     to a tool that ``runs_nested_calls``; a sub-agent's turn to one that ``runs_sub_agent`` (where the
     runtime runs sub-agents); forms and progress to any.
@@ -55,6 +56,8 @@ def build_context(
         turn=turn, handle=handle, call=call, context_ref=weakref.ref(context), run_nested=run_nested
     )
     context.report_progress = services.report_progress
+    # A stop reaches the tool through its run's handle: the turn's reason, or its own deadline's.
+    context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
     context.record_process_group = services.record_process_group
     if capabilities.runs_sub_agent and turn.runtime.run_turn is not None:
@@ -62,7 +65,7 @@ def build_context(
     if capabilities.runs_nested_calls:
         context.call_nested = services.call_nested
         context.write_log = services.write_log
-        context.run_script = functools.partial(execute.run, context)
+        context.run_script = functools.partial(execute_script.run, context)
     return context
 
 

@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from coordinator.models.base import ToolSpec
+from coordinator.reasons import StopReason
 from coordinator.records import NestedCall, Question, ToolError
 
 
@@ -48,7 +49,7 @@ class NestedCaller(Protocol):
 
 
 class TaskRunner(Protocol):
-    """Runs one turn of a sub-agent session as a child actor of the calling ``task`` call (§12).
+    """Runs one turn of a sub-agent session as a child actor of the calling ``task`` call.
 
     Returns the call's result ``{session_id, text}``. **Raises:** ``ToolFailure`` when the call fails.
     """
@@ -94,6 +95,9 @@ class ToolContext:
     # Records a process group the tool started, durably, so that a later start can kill it if this
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None
+    # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells
+    # its server); None while it runs, and when it fails or succeeds on its own.
+    stop_reason: Callable[[], StopReason | None] = lambda: None
     latest_progress: Any = None
     progress_changed: trio.Event = attrs.Factory(trio.Event)
 

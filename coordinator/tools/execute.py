@@ -1,6 +1,6 @@
 """The built-in ``execute`` tool: Python code that calls other tools, run in a separate process.
 
-The process and its protocol are ``coordinator.actors.execute``, which runs the script through the ``run_script``
+The process and its protocol are ``coordinator/tools/execute_script.py``, which runs the script through the ``run_script``
 its tool context offers (a tool that ``runs_nested_calls``); this module holds the tool's spec, the
 check of its input, and what is kept of a script's output (``logs``), within these limits:
 
@@ -180,7 +180,7 @@ async def _run(ctx: ToolContext, input: dict[str, Any]) -> dict[str, Any]:
 
 
 def execute_tool() -> Tool:
-    """The ``execute`` tool; its scripts run in ``coordinator.actors.execute.run``."""
+    """The ``execute`` tool; its scripts run in ``coordinator/tools/execute_script.py``."""
     return Tool(
         spec=ToolSpec(name="execute", description=_DESCRIPTION, parameters=_PARAMETERS),
         resource=any_resource,

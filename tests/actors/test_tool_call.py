@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -15,7 +16,7 @@ from coordinator import decisions
 from coordinator.actors import tool_call
 from coordinator.actors.context import TurnScope
 from coordinator.actors.journal import Journal
-from coordinator.config import Config
+from coordinator.config import Config, TimeoutsConfig
 from coordinator.models.base import ToolSpec
 from coordinator.records import Rule
 from coordinator.store import Transaction
@@ -52,7 +53,18 @@ async def _script(context: ToolContext, input: dict[str, Any]) -> Any:
     await trio.sleep_forever()
 
 
+async def _note_stop_reason(context: ToolContext, input: dict[str, Any]) -> Any:
+    """A tool that, like an MCP client, reads why it is stopped in its shielded cleanup."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        SEEN_STOP_REASONS.append(context.stop_reason())
+
+
+SEEN_STOP_REASONS: list[Any] = []
+
 TOOLS = {
+    "note_stop": _tool("note_stop", _note_stop_reason),
     "echo": _tool("echo", _echo),
     "block": _tool("block", _block),
     "gate": _tool("gate", _echo),
@@ -222,3 +234,38 @@ async def test_only_a_call_that_waited_on_a_person_looks_for_its_waits_as_it_set
     ]
     assert sorted(succeeded) == ["c1", "c2"]
     assert sorted(looked_up) == [("form_of_call", "c2"), ("permission_of_call", "c2")]
+
+
+async def test_a_tool_reads_the_reason_its_call_is_stopped_for_in_its_cleanup(tmp_path: Path) -> None:
+    """A tool that must tell someone outside why it stops (an MCP server, a remote job) reads the typed
+    reason, never guesses it from the cancellation."""
+    SEEN_STOP_REASONS.clear()
+    async with open_harness(tmp_path, tools=TOOLS) as harness:
+        turn = harness.live()
+        call = call_row("c1", "note_stop")
+        await start_step(harness, call)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_run_calls, turn, call)
+            await trio.testing.wait_all_tasks_blocked()
+            assert await decisions.interrupt(harness.runtime, "ses_1", "api")
+    assert [type(r).__name__ for r in SEEN_STOP_REASONS] == ["Interrupt"]
+    assert SEEN_STOP_REASONS[0].by == "api"
+
+
+async def test_a_tool_stopped_by_its_own_deadline_reads_the_timeout(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The tool's own ``[timeouts] tool`` deadline is a reason too: the call fails as timeout, the
+    turn goes on, and the tool's cleanup knows which deadline it was."""
+    SEEN_STOP_REASONS.clear()
+    tools = dict(TOOLS, note_stop=attrs.evolve(TOOLS["note_stop"], deadline_scope="tool"))
+    config = Config(base_dir=tmp_path, timeouts=TimeoutsConfig(tool=5))
+    async with open_harness(tmp_path, tools=tools, config=config) as harness:
+        turn = harness.live()
+        call = call_row("c1", "note_stop")
+        await start_step(harness, call)
+        with trio.fail_after(60):
+            await tool_call.run(turn, turn.handle, call)
+    assert [(type(r).__name__, r.scope) for r in SEEN_STOP_REASONS] == [("Timeout", "tool")]
+    assert harness.types()[-1] == "session.tool.failed"
+    assert harness.events[-1].payload["error"]["type"] == "timeout"

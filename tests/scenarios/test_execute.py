@@ -17,8 +17,8 @@ import attrs
 import pytest
 import trio
 
-import coordinator.actors.execute
 import coordinator.tools.execute as execute_tool
+import coordinator.tools.execute_script
 from coordinator import Coordinator, open_coordinator, wire
 from coordinator.config import Config, PluginConfig, TimeoutsConfig
 from coordinator.events import Event
@@ -441,7 +441,7 @@ async def test_interrupt_kills_a_script_that_ignores_sigterm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGTERM is a request; after the grace period the whole group is killed, and the runner reaped."""
-    monkeypatch.setattr(coordinator.actors.execute, "TERM_GRACE", 0.2)
+    monkeypatch.setattr(coordinator.tools.execute_script, "TERM_GRACE", 0.2)
     code = """\
 import os, signal, subprocess
 signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from coordinator.actors import execute
 from coordinator.errors import ToolFailure
 from coordinator.records import ToolError
 from coordinator.tools import execute_runner as runner
+from coordinator.tools import execute_script as execute
 from coordinator.tools.base import CallResult, ToolContext
 from coordinator.tools.execute import MAX_LINE_BYTES, MAX_LOG_BYTES, MAX_LOG_LINES, LineSplitter, LogCollector
 

@@ -1,4 +1,4 @@
-"""The execute actor: runs one script in its own Python process and serves its nested tool calls.
+"""The ``execute`` tool's script: runs one script in its own Python process and serves its nested tool calls.
 
 The script runs under ``coordinator/tools/execute_runner.py`` (``sys.executable -I``, a clean
 environment, its own process group, the session's working directory). The two talk JSON lines over a
