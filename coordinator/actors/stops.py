@@ -24,6 +24,7 @@ The rest of the code never calls ``ActorHandle.stop`` on a turn or ``record_stop
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import structlog
@@ -69,9 +70,8 @@ async def decide(turn: TurnScope, reason: StopReason) -> bool:
         # the reason the actors stop with. On PostgreSQL a stop of this process that records no
         # intent (a shutdown) may land while the commit is out; the settlement reads the intent
         # then (``settle_reason``), and it wins over the suspension.
-        if not await turn.journal.write(
-            lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None
-        ):
+        decided = functools.partial(decide_in, turn_id=turn.turn_id, reason=reason, live=turn)
+        if await turn.journal.write(decided) is None:
             return False
     return turn.handle.stop(reason)
 

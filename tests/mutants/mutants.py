@@ -261,7 +261,8 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/actors/stops.py",
                 old=(
-                    "        if not await turn.journal.write(lambda tx: decide_in(tx, turn.turn_id, reason, live=turn) is not None):",
+                    "        decided = functools.partial(decide_in, turn_id=turn.turn_id, reason=reason, live=turn)",
+                    "        if await turn.journal.write(decided) is None:",
                     "            return False",
                 ),
                 new=(
