@@ -1,7 +1,7 @@
 """The ``execute`` tool's script: runs one script in its own Python process and serves its nested tool calls.
 
-The script runs under ``coordinator/tools/execute_runner.py`` (``sys.executable -I``, a clean
-environment, its own process group, the session's working directory). The two talk JSON lines over a
+The script runs under ``coordinator/tools/execute_runner/``, a folder Python runs (``sys.executable -I``,
+a clean environment, its own process group, the session's working directory). The two talk JSON lines over a
 socket pair whose far end is passed to the runner as an extra file descriptor; the script's own stdout
 and stderr are a separate pipe. ``design/execute.md`` describes the protocol.
 
@@ -51,7 +51,7 @@ from coordinator.tools.process import DRAIN_SECONDS, REAP_SECONDS, signal_group,
 
 log = structlog.get_logger()
 
-RUNNER_PATH = Path(coordinator.tools.__file__).with_name("execute_runner.py")
+RUNNER_PATH = Path(coordinator.tools.__file__).with_name("execute_runner")
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 

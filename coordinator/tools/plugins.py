@@ -17,12 +17,10 @@ from coordinator.config import ENTRY_PATTERN, Config
 from coordinator.errors import ConfigError, ToolFailure
 from coordinator.models.base import ToolSpec
 from coordinator.tools.base import Tool, ToolContext, any_resource
+from coordinator.tools.builtin import BUILTIN_TOOL_NAMES
 
 # The keyword a plugin declares to receive ``ToolContext.report_progress``; never part of its input.
 PROGRESS_PARAMETER = "progress"
-
-# The contract's built-in tools; a plugin may not take their names.
-BUILTIN_TOOL_NAMES = frozenset({"shell", "question", "execute"})
 
 _SIMPLE_TYPES: dict[Any, str] = {
     str: "string",
@@ -41,13 +39,16 @@ def load_plugins(config: Config) -> list[Tool]:
     """Every ``[[plugin]]`` of ``config`` as a tool, in the file's order.
 
     Raises:
-        ConfigError: an entry cannot be loaded (see ``load_plugin``), or two plugins, or a plugin
-            and a built-in tool, have the same name.
+        ConfigError: an entry cannot be loaded (see ``load_plugin``), a plugin would shadow a
+            built-in tool, or two plugins have the same name.
     """
     tools: list[Tool] = []
-    taken = set(BUILTIN_TOOL_NAMES)
+    taken: set[str] = set()
     for plugin in config.plugin:
         tool = load_plugin(plugin.entry, config.base_dir)
+        if tool.name in BUILTIN_TOOL_NAMES:
+            message = f"the tool name {tool.name!r} would shadow the built-in tool {tool.name!r}"
+            raise ConfigError(message, _where(plugin.entry))
         if tool.name in taken:
             raise ConfigError(f"the tool name {tool.name!r} is already taken", _where(plugin.entry))
         taken.add(tool.name)
@@ -60,7 +61,7 @@ def load_plugin(entry: str, base_dir: Path) -> Tool:
 
     The module is imported from ``sys.path``, with ``base_dir`` (the config file's folder) put in
     front of it when missing. The function's ``__name__`` is the tool name, its docstring the
-    description and its keyword parameters the input schema (contract section 3).
+    description and its keyword parameters the input schema.
 
     Args:
         entry: ``module:attribute``; both parts may be dotted.

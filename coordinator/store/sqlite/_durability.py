@@ -28,28 +28,34 @@ every commit made until it starts.
 The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
 connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
 commit crosses 1,000 pages, stalling the trio thread for tens of milliseconds.
+
+The WAL file's blocking calls, and the worker thread they run in, are in ``_wal.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import queue
-import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import apsw
-import attrs
-import outcome
 import structlog
 import trio
 
 from coordinator import clock, errors
 from coordinator.events import Event
+from coordinator.store.sqlite._sync_asks import AskedSync, AskWhenIdle
 from coordinator.store.sqlite._sync_process import SyncProcess
+from coordinator.store.sqlite._wal import (
+    Blocking,
+    SyncThread,
+    WalFile,
+    incremental_vacuum,
+    run_inline,
+    sync_wal,
+)
 
 CHECKPOINT_PAGES = 1000
 """WAL pages after which a passive checkpoint runs (SQLite's own default for auto-checkpoints)."""
@@ -68,8 +74,6 @@ ASK_WITHIN_SECONDS = 0.001
 (else it is asked as soon as the loop has nothing to run)."""
 
 log = structlog.get_logger()
-
-Blocking = Callable[[Callable[[], None]], Awaitable[None]]
 
 
 class GroupDurability:
@@ -102,7 +106,7 @@ class GroupDurability:
         # While the helper process syncs (``serve``): the syncs asked of it, oldest first, and whether
         # a commit is waiting for the next one to be asked.
         self._helper: SyncProcess | None = None
-        self._asked: deque[_Sync] = deque()
+        self._asked: deque[AskedSync] = deque()
         self._wanted = False
         self._wanted_since = 0.0
         self._checkpoint_due = trio.Event()
@@ -121,9 +125,9 @@ class GroupDurability:
         await trio.lowlevel.checkpoint()
         if self._path == ":memory:":
             return 0
-        wal, blocking = self._tools if self._tools is not None else (None, _inline)
+        wal, blocking = self._tools if self._tools is not None else (None, run_inline)
         if wal is None:
-            return _incremental_vacuum(self._db, pages)
+            return incremental_vacuum(self._db, pages)
         left: list[int] = []
         await blocking(lambda: left.append(wal.reclaim(pages)))
         return left[0]
@@ -170,7 +174,7 @@ class GroupDurability:
 
     def _want_sync(self) -> None:
         """A sync of every commit made so far is wanted: asked of the sync process when the loop is
-        idle (``_AskWhenIdle``), or left to the thread's next cycle."""
+        idle (``AskWhenIdle``), or left to the thread's next cycle."""
         if self._helper is None:
             self._wake.set()
         elif not self._wanted:
@@ -184,7 +188,7 @@ class GroupDurability:
             self._ask()
 
     def before_io_wait(self, timeout: float) -> None:
-        """The trio loop is about to wait for I/O (``_AskWhenIdle``): ask the wanted sync if nothing
+        """The trio loop is about to wait for I/O (``AskWhenIdle``): ask the wanted sync if nothing
         is left to run (``timeout > 0``), or if it has been wanted ``ASK_WITHIN_SECONDS``."""
         if self._wanted and (timeout > 0 or time.perf_counter() - self._wanted_since >= ASK_WITHIN_SECONDS):
             self._ask_if_free()
@@ -200,7 +204,7 @@ class GroupDurability:
         wal = None if self._path == ":memory:" else WalFile(self._path, self._busy_timeout_ms)
         virtual = clock.virtual()
         thread = None if virtual else SyncThread()
-        blocking: Blocking = _inline if thread is None else thread.run
+        blocking: Blocking = run_inline if thread is None else thread.run
         helper = None
         self._tools = (wal, blocking)
         self._attach()
@@ -251,7 +255,7 @@ class GroupDurability:
                 self._undurable.extendleft(reversed(self._asked.pop().batches))
             if self._durable_commits < self._commits and self._failed is None:  # the last cycle was cut short
                 if wal is not None and self._synchronous == "full":
-                    _sync(wal)
+                    sync_wal(wal)
                 self._durable_commits = self._commits
                 while self._undurable:
                     self._hand_over(self._undurable.popleft())
@@ -277,7 +281,7 @@ class GroupDurability:
         try:
             if wal is not None and self._synchronous == "full":
                 began = time.perf_counter()
-                await blocking(functools.partial(_sync, wal))
+                await blocking(functools.partial(sync_wal, wal))
                 if self.sync_observer is not None:
                     self.sync_observer(time.perf_counter() - began)
         except BaseException as exc:
@@ -300,7 +304,7 @@ class GroupDurability:
         assert self._helper is not None
         self._wanted = False
         self._cycles_started += 1
-        self._asked.append(_Sync(self._commits, list(self._undurable), time.perf_counter()))
+        self._asked.append(AskedSync(self._commits, list(self._undurable), time.perf_counter()))
         self._undurable.clear()
         try:
             self._helper.request()
@@ -313,7 +317,7 @@ class GroupDurability:
     async def _serve_helper(self, helper: SyncProcess, wal: WalFile | None, blocking: Blocking) -> None:
         """Take the helper's answers as they come; checkpoint the WAL beside, in the thread; ask
         syncs nobody waits for when the loop is idle."""
-        idle = _AskWhenIdle(self)
+        idle = AskWhenIdle(self.before_io_wait)
         trio.lowlevel.add_instrument(idle)
         try:
             async with trio.open_nursery() as nursery:
@@ -373,182 +377,9 @@ class GroupDurability:
         await blocking(wal.restart)
 
 
-class _AskWhenIdle(trio.abc.Instrument):
-    """Tells the durability each time the trio loop is about to wait for I/O, with how long it may
-    wait: more than zero means no task is left to run, the moment to ask a sync nobody waits for.
-
-    An instrument rather than a task waiting for the loop to be idle: it costs one call a loop
-    iteration and no wakeup, where a task costs a wakeup and an extra ``epoll`` each time.
-    """
-
-    def __init__(self, durability: GroupDurability) -> None:
-        self._durability = durability
-
-    def before_io_wait(self, timeout: float) -> None:
-        self._durability.before_io_wait(timeout)
-
-
-@attrs.frozen
-class _Sync:
-    """A sync asked of the helper: the commits it covers (``target``), their events in commit order."""
-
-    target: int
-    batches: list[Sequence[Event]]
-    asked_at: float
-
-
 async def _start_helper(path: str) -> SyncProcess | None:
     try:
         return await SyncProcess.start(path)
     except OSError as exc:
         log.warning("sync_process_unavailable", error=str(exc))  # the thread syncs instead
         return None
-
-
-def _sync(wal: WalFile) -> None:
-    try:
-        wal.sync()
-    except OSError as exc:  # the disk refused: nothing more can be promised durable
-        raise errors.StoreError(f"syncing the write-ahead log failed: {exc}") from exc
-
-
-class SyncThread:
-    """One worker thread for the blocking calls of one durability task.
-
-    Not ``trio.to_thread.run_sync``: its thread cache and capacity limiter cost about twice as much
-    CPU per call on the trio thread, and this one has a single job (measured in design/benchmarks.md).
-    A call is never abandoned: once a sync began, its caller waits for it, so what it covered is known.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], trio.lowlevel.Task] | None] = (
-            queue.SimpleQueue()
-        )
-        self._token = trio.lowlevel.current_trio_token()
-        # A daemon: a disk that never answers must not keep the process from exiting.
-        self._thread = threading.Thread(target=self._serve, name="store-sync", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            work, task = job
-            result = outcome.capture(work)
-            try:
-                self._token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-            except trio.RunFinishedError:
-                return
-
-    async def run(self, work: Callable[[], None]) -> None:
-        """Run ``work`` in the thread and return its outcome. **Cancellation:** not cancellable."""
-        await trio.lowlevel.checkpoint_if_cancelled()  # cancellable until the job is handed over
-        self._jobs.put((work, trio.lowlevel.current_task()))
-        # Resumed with the job's outcome: its exception, if any, is raised here.
-        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-
-    def stop(self, timeout: float) -> None:
-        """Let the thread finish its job and end (waits at most ``timeout`` seconds)."""
-        self._jobs.put(None)
-        self._thread.join(timeout)
-
-
-async def _inline(work: Callable[[], None]) -> None:
-    work()  # no checkpoint after: the cycle hands the events over before anything else runs
-
-
-class WalFile:
-    """The write-ahead log of one database file: fsync it, checkpoint it. Blocking calls.
-
-    ``sync`` and ``checkpoint`` may run in a worker thread: they use a file descriptor and a SQLite
-    connection of their own, never the trio thread's connection.
-    """
-
-    def __init__(self, path: str, busy_timeout_ms: int) -> None:
-        self._path = path
-        self._busy_timeout_ms = busy_timeout_ms
-        self._fd: int | None = None
-        self._checkpointer: apsw.Connection | None = None
-
-    def sync(self) -> None:
-        """Make every frame written to the WAL so far durable (whoever wrote it)."""
-        if self._fd is None:
-            try:
-                self._fd = os.open(self._path + "-wal", os.O_RDONLY)
-            except FileNotFoundError:
-                return  # nothing written yet: nothing to make durable
-            _sync_folder(os.path.dirname(os.path.abspath(self._path)))
-        os.fdatasync(self._fd)
-
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error.
-
-        **Raises:** ``StoreError`` when the disk refuses (what was committed stays in the WAL).
-        """
-        try:
-            self._checkpoint_connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except (apsw.BusyError, apsw.LockedError):
-            return  # another connection checkpoints, or holds the lock: the next cycle tries again
-        except apsw.Error as exc:
-            raise errors.StoreError(f"checkpointing the write-ahead log failed: {exc}") from exc
-
-    def restart(self) -> None:
-        """Write a row of the store's own (``store_meta``'s ``wal_restarts``) from the checkpointer's
-        connection: once a checkpoint copied the whole log, this write starts it again and syncs its
-        header, off the trio thread, which would otherwise pay that sync in its next commit (0.5 to 1
-        ms measured, on the first commit of a stop). Busy is no error: a commit of the trio thread
-        came first and restarted it.
-
-        **Raises:** ``StoreError`` when the disk refuses.
-        """
-        try:
-            self._checkpoint_connection().execute(
-                "INSERT INTO store_meta(key, value) VALUES ('wal_restarts', '1') ON CONFLICT(key) "
-                "DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)"
-            )
-        except (apsw.BusyError, apsw.LockedError):
-            return
-        except apsw.Error as exc:
-            raise errors.StoreError(f"restarting the write-ahead log failed: {exc}") from exc
-
-    def reclaim(self, pages: int) -> int:
-        """Give up to ``pages`` free pages of the database back to the file system; the free pages
-        left, or -1 when a writer held the lock (no error: the next call tries again).
-
-        **Raises:** ``StoreError`` when the disk refuses.
-        """
-        try:
-            return _incremental_vacuum(self._checkpoint_connection(), pages)
-        except (apsw.BusyError, apsw.LockedError):
-            return -1
-        except apsw.Error as exc:
-            raise errors.StoreError(f"reclaiming free pages failed: {exc}") from exc
-
-    def _checkpoint_connection(self) -> apsw.Connection:
-        if self._checkpointer is None:
-            self._checkpointer = apsw.Connection(self._path)
-            self._checkpointer.set_busy_timeout(self._busy_timeout_ms)
-            # Syncs the WAL before copying and the database after: the copy never outruns the log.
-            self._checkpointer.execute("PRAGMA synchronous=NORMAL")
-        return self._checkpointer
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
-
-
-def _incremental_vacuum(db: apsw.Connection, pages: int) -> int:
-    """Free up to ``pages`` pages of ``db``'s free list; returns how many are left on it."""
-    for _ in db.execute(f"PRAGMA incremental_vacuum({int(pages)})"):
-        pass  # a row a page: the statement works only while it is stepped
-    return int(str(db.execute("PRAGMA freelist_count").fetchall()[0][0]))
-
-
-def _sync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

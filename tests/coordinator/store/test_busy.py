@@ -10,8 +10,9 @@ import apsw
 import pytest
 
 from coordinator import errors
-from coordinator.store.sqlite import _store
-from coordinator.store.sqlite._store import BusyWait, open_sqlite_store
+from coordinator.store.sqlite import _file
+from coordinator.store.sqlite._file import BusyWait
+from coordinator.store.sqlite._store import open_sqlite_store
 
 
 def _hold_write_lock(path: Path) -> apsw.Connection:
@@ -46,7 +47,7 @@ async def test_a_write_waits_for_another_writers_lock_and_then_lands(tmp_path: P
 async def test_a_lock_held_past_the_busy_timeout_fails_the_write_with_store_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_store, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(_file, "BUSY_TIMEOUT_MS", 100)
     path = tmp_path / "db.sqlite"
     with open_sqlite_store(str(path), synchronous="normal") as store:
         other = _hold_write_lock(path)
@@ -66,8 +67,8 @@ def test_the_sleeps_grow_from_microseconds_to_a_millisecond_and_stop_at_the_time
 ) -> None:
     slept: list[float] = []
     clock = [0.0]
-    monkeypatch.setattr(_store.time, "sleep", slept.append)
-    monkeypatch.setattr(_store.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(_file.time, "sleep", slept.append)
+    monkeypatch.setattr(_file.time, "perf_counter", lambda: clock[0])
     wait = BusyWait(timeout_ms=10)
     assert wait(0) and wait(1) and wait(2)
     assert slept == [20e-6, 40e-6, 80e-6]
@@ -104,4 +105,4 @@ def test_two_connections_opening_one_new_file_at_once_both_open_it_migrated(tmp_
             thread.join(timeout=30)
         assert failures == [], (round_number, failures)
         version = apsw.Connection(str(path)).execute("PRAGMA user_version").fetchall()[0][0]
-        assert version == len(_store.MIGRATIONS)
+        assert version == len(_file.MIGRATIONS)

@@ -1,8 +1,10 @@
-"""Plugin tools (contract section 3): a user's async function becomes a tool with a checked input."""
+"""Plugin tools: a user's async function becomes a tool with a checked input."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -15,7 +17,10 @@ import trio
 from coordinator.config import Config, PluginConfig
 from coordinator.errors import ConfigError, ToolFailure
 from coordinator.tools.base import Tool, ToolContext
+from coordinator.tools.builtin import BUILTIN_TOOL_NAMES, builtin_tools
 from coordinator.tools.plugins import load_plugin, load_plugins
+
+REPO = Path(__file__).resolve().parents[3]
 
 PLUGIN_SOURCE = '''
 from __future__ import annotations
@@ -262,18 +267,65 @@ def test_load_plugins_keeps_the_file_order(plugin_dir: tuple[Path, str]) -> None
     assert [tool.name for tool in load_plugins(config)] == ["slow_wait", "describe"]
 
 
-@pytest.mark.parametrize("builtin", [False, True])
-def test_duplicate_or_builtin_tool_name_is_a_config_error(
-    plugin_dir: tuple[Path, str], builtin: bool
-) -> None:
+def test_duplicate_plugin_name_is_a_config_error(plugin_dir: tuple[Path, str]) -> None:
     """Two tools with one name would make the model's calls ambiguous."""
     folder, module = plugin_dir
-    (folder / f"{module}_shell.py").write_text("async def shell(command: str) -> str:\n    return command\n")
-    second = f"{module}_shell:shell" if builtin else f"{module}:describe"
+    second = f"{module}:describe"
     config = Config(
         plugin=(PluginConfig(entry=f"{module}:describe"), PluginConfig(entry=second)), base_dir=folder
     )
     with pytest.raises(ConfigError) as caught:
         load_plugins(config)
     assert caught.value.where == f'[[plugin]] entry "{second}"'
-    assert caught.value.message == f"the tool name {'shell' if builtin else 'describe'!r} is already taken"
+    assert caught.value.message == "the tool name 'describe' is already taken"
+
+
+def _shadowing_plugin(folder: Path, module: str, builtin: str) -> str:
+    """The entry of a plugin module whose only function is named like the built-in tool ``builtin``."""
+    source = f"async def {builtin}(text: str) -> str:\n    return text\n"
+    (folder / f"{module}_{builtin}.py").write_text(source, encoding="utf-8")
+    return f"{module}_{builtin}:{builtin}"
+
+
+@pytest.mark.parametrize("builtin", ["task", "shell", "execute", "question"])
+def test_plugin_named_like_a_builtin_is_a_config_error(plugin_dir: tuple[Path, str], builtin: str) -> None:
+    """A plugin must not silently replace a built-in tool the model and the actors rely on."""
+    folder, module = plugin_dir
+    entry = _shadowing_plugin(folder, module, builtin)
+    config = Config(
+        plugin=(PluginConfig(entry=f"{module}:describe"), PluginConfig(entry=entry)), base_dir=folder
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_plugins(config)
+    assert caught.value.where == f'[[plugin]] entry "{entry}"'
+    assert caught.value.message == f"the tool name {builtin!r} would shadow the built-in tool {builtin!r}"
+
+
+def test_every_builtin_tool_name_is_guarded() -> None:
+    """The guard is read from the built-in tool table, so a new built-in cannot be left out of it."""
+    assert BUILTIN_TOOL_NAMES == {tool.name for tool in builtin_tools()}
+    assert BUILTIN_TOOL_NAMES == {"shell", "question", "execute", "task"}
+
+
+def test_serve_with_a_shadowing_plugin_exits_2_with_one_line(plugin_dir: tuple[Path, str]) -> None:
+    """The start stops with one line that names the plugin entry and the built-in it would shadow."""
+    folder, module = plugin_dir
+    entry = _shadowing_plugin(folder, module, "task")
+    (folder / "coordinator.toml").write_text(f'[[plugin]]\nentry = "{entry}"\n', encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "COORDINATOR_TOKEN"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    command = ["serve", "--config", "coordinator.toml", "--db", "db.sqlite", "--port", "0"]
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", *command],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"coordinator: error: [[plugin]] entry \"{entry}\": the tool name 'task' would shadow the built-in "
+        "tool 'task'"
+    ]

@@ -1,0 +1,200 @@
+"""The store's reads of turns and what runs in them: steps, the history and tool calls."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coordinator.records import Message
+from coordinator.store import _history
+from coordinator.store._read_base import IN_CHUNK, SqlReads, in_list
+from coordinator.store.rows import (
+    CLAIM_ROW,
+    INSTANCE_ROW,
+    TOOL_CALL_ROW,
+    TURN_ROW,
+    ClaimRow,
+    InstanceRow,
+    StoredMessage,
+    ToolCallRow,
+    TurnRow,
+)
+
+_TURNS = f"SELECT {TURN_ROW.select} FROM turns"
+_CALLS = f"SELECT {TOOL_CALL_ROW.select} FROM tool_calls"
+# ``parked != 0`` is the partial index's own condition (``turns_parked``): a query uses that index
+# only when its WHERE says so itself.
+_PARKED = "SELECT id FROM turns WHERE parked != 0 AND parked = ?"
+_TURN_STATUS, _TURN_ORD = TURN_ROW.columns.index("status"), TURN_ROW.columns.index("ord")
+
+
+def _queued_last(row: tuple[Any, ...]) -> tuple[bool, int]:
+    return row[_TURN_STATUS] == "queued", row[_TURN_ORD]
+
+
+class TurnReads(SqlReads):
+    """Reads of turns, steps, the history and tool calls."""
+
+    # turns ----------------------------------------------------------------------------------
+    def get_turn(self, turn_id: str) -> TurnRow | None:
+        return TURN_ROW.load_or_none(self._one(_TURNS + " WHERE id = ?", (turn_id,)))
+
+    def turn_of_task_call(self, session_id: str, call_id: str) -> TurnRow | None:
+        row = self._one(_TURNS + " WHERE parent_session_id = ? AND parent_call_id = ?", (session_id, call_id))
+        return TURN_ROW.load_or_none(row)
+
+    def turn_ids_of_session(self, session_id: str) -> list[str]:
+        return [
+            r[0] for r in self._all("SELECT id FROM turns WHERE session_id = ? ORDER BY ord", (session_id,))
+        ]
+
+    def next_turn(self, session_id: str) -> TurnRow | None:
+        # A task call's turn is run by that call, never by the session's own actor.
+        # The unfinished turn before the queued ones, then by ord; chosen here among the session's
+        # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
+        rows = self._all(
+            _TURNS + " WHERE session_id = ? AND status != 'settled' AND parent_call_id IS NULL",
+            (session_id,),
+        )
+        return TURN_ROW.load(min(rows, key=_queued_last)) if rows else None
+
+    def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
+        rows: list[tuple[Any, ...]] = []
+        for start in range(0, len(turn_ids), IN_CHUNK):
+            chunk = turn_ids[start : start + IN_CHUNK]
+            rows += self._all(_TURNS + " WHERE status = 'stopping'" + in_list("id", chunk), tuple(chunk))
+        return [TURN_ROW.load(row) for row in rows]
+
+    def running_turn(self, session_id: str) -> TurnRow | None:
+        return TURN_ROW.load_or_none(
+            self._one(_TURNS + " WHERE session_id = ? AND status = 'running'", (session_id,))
+        )
+
+    def unfinished_turns_with_owners(
+        self, me: str
+    ) -> list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]:
+        # One statement for what was a claim and an instance read for each turn, every second (the
+        # watch); the turns whose claim ``me`` holds while it lives are not taken over: left out.
+        turn = ", ".join(f"t.{column}" for column in TURN_ROW.columns)
+        claim = ", ".join(f"c.{column}" for column in CLAIM_ROW.columns)
+        owner = ", ".join(f"i.{column}" for column in INSTANCE_ROW.columns)
+        rows = self._all(
+            f"SELECT {turn}, {claim}, {owner} FROM turns t "
+            "LEFT JOIN claims c ON c.session_id = t.session_id LEFT JOIN instances i ON i.id = c.owner "
+            "WHERE t.status IN ('running', 'stopping', 'suspended') AND t.parent_call_id IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM claims mine JOIN instances alive ON alive.id = mine.owner "
+            "WHERE mine.session_id = t.session_id AND mine.state = 'held' AND mine.owner = ? AND alive.stopped = 0) "
+            "ORDER BY t.rowid",
+            (me,),
+        )
+        claim_at = len(TURN_ROW.columns)
+        owner_at = claim_at + len(CLAIM_ROW.columns)
+        return [
+            (
+                TURN_ROW.load(row[:claim_at]),
+                CLAIM_ROW.load_or_none(row[claim_at:owner_at] if row[claim_at] is not None else None),
+                INSTANCE_ROW.load_or_none(row[owner_at:] if row[owner_at] is not None else None),
+            )
+            for row in rows
+        ]
+
+    def sessions_with_queued_turns(self) -> list[str]:
+        rows = self._all(
+            # A claim is looked up by its session for each queued turn: a NOT IN of every claim not
+            # released read every claim ever made (one a session) whenever a turn was queued.
+            "SELECT session_id FROM turns t WHERE status = 'queued' AND parent_call_id IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.session_id = t.session_id AND c.state != 'released') "
+            "GROUP BY session_id ORDER BY MIN(rowid)"
+        )
+        return [r[0] for r in rows]
+
+    def resume_asked_turn_ids(self) -> set[str]:
+        return {r[0] for r in self._all(_PARKED, (2,))}
+
+    def parked_turn_ids(self) -> set[str]:
+        return {r[0] for r in self._all(_PARKED, (1,))}
+
+    def is_parked(self, turn_id: str) -> bool:
+        return self._one("SELECT 1 FROM turns WHERE id = ? AND parked = 1", (turn_id,)) is not None
+
+    def parked_turn(self, session_id: str) -> TurnRow | None:
+        return TURN_ROW.load_or_none(
+            self._one(_TURNS + " WHERE parked != 0 AND session_id = ? AND parked = 1", (session_id,))
+        )
+
+    def interruptible_turn(self, session_id: str) -> TurnRow | None:
+        row = self._one(
+            # ``status != 'settled'`` as the index of unsettled turns says it, so that it is used.
+            _TURNS + " WHERE session_id = ? AND status != 'settled' "
+            "AND (status = 'running' OR (status = 'suspended' AND parked != 0)) ORDER BY ord LIMIT 1",
+            (session_id,),
+        )
+        return TURN_ROW.load_or_none(row)
+
+    def unsettled_turn_statuses(self, session_id: str) -> list[str]:
+        rows = self._all(
+            "SELECT status FROM turns WHERE session_id = ? AND status != 'settled' ORDER BY ord",
+            (session_id,),
+        )
+        return [r[0] for r in rows]
+
+    # steps ----------------------------------------------------------------------------------
+    def streamed_text(self, step_id: str) -> str:
+        row = self._one("SELECT streamed_text FROM steps WHERE id = ?", (step_id,))
+        return "" if row is None or row[0] is None else str(row[0])
+
+    def running_steps(self, turn_id: str) -> list[str]:
+        rows = self._all(
+            "SELECT id FROM steps WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,)
+        )
+        return [r[0] for r in rows]
+
+    # history --------------------------------------------------------------------------------
+    def history(self, session_id: str) -> list[Message]:
+        return self.history_with_model_ids(session_id)[0]
+
+    def history_with_model_ids(self, session_id: str) -> tuple[list[Message], dict[str, str | None]]:
+        return _history.history_with_model_ids(self.sql, session_id, self.tool_calls_of_session(session_id))
+
+    def history_after(
+        self, session_id: str, after_ord: int
+    ) -> tuple[list[StoredMessage], dict[str, str | None]]:
+        return _history.history_after(self.sql, session_id, after_ord)
+
+    # tool calls -----------------------------------------------------------------------------
+    def call_id_taken(self, session_id: str, call_id: str) -> bool:
+        row = self._one(
+            "SELECT 1 FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return row is not None
+
+    def get_tool_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
+        row = self._one(_CALLS + " WHERE session_id = ? AND call_id = ?", (session_id, call_id))
+        return TOOL_CALL_ROW.load_or_none(row)
+
+    def tool_calls_of_session(self, session_id: str) -> list[ToolCallRow]:
+        rows = self._all(_CALLS + " WHERE session_id = ? ORDER BY rowid", (session_id,))
+        return [TOOL_CALL_ROW.load(r) for r in rows]
+
+    def tool_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
+        return [
+            TOOL_CALL_ROW.load(r) for r in self._all(_CALLS + " WHERE turn_id = ? ORDER BY ord", (turn_id,))
+        ]
+
+    def running_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
+        return [
+            TOOL_CALL_ROW.load(r)
+            for r in self._all(_CALLS + " WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,))
+        ]
+
+    def tool_started(self, session_id: str, call_id: str) -> bool:
+        row = self._one(
+            "SELECT tool_started FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return row is not None and bool(row[0])
+
+    def process_group_of(self, session_id: str, call_id: str) -> Any:
+        row = self._one(
+            "SELECT process_group FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+        )
+        return None if row is None or row[0] is None else json.loads(row[0])

@@ -1,0 +1,152 @@
+"""The store's write transaction, as a Protocol: the read view plus every write the coordinator makes."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from coordinator.events import Draft, Event
+from coordinator.reasons import ParentLink, StopReason, TextStatus
+from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
+from coordinator.store._deletion import PruneBatch
+from coordinator.store._read_api import Reader
+from coordinator.store.rows import InstanceRow, ToolCallRow
+
+
+class Transaction(Reader, Protocol):
+    """A write transaction's view. Events it emits reach subscribers only after its commit."""
+
+    def emit(self, draft: Draft) -> Event:
+        """Append an event to the log in this transaction; returns it with its seq."""
+        ...
+
+    def sync_soon(self) -> None:
+        """Someone outside waits for this commit (a caller's answer, ``session.idle``): where commits
+        are made durable in groups (SQLite), ask its sync as it commits, not once the process is
+        idle, so that the disk works while the process goes on. Changes nothing about durability."""
+        ...
+
+    # sessions and turns
+    def insert_session(
+        self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
+    ) -> None: ...
+    def set_last_outcome(self, session_id: str, outcome: str) -> None: ...
+    def delete_session(self, session_id: str) -> int:
+        """Delete the session and everything it owns, its events included; returns how many events."""
+        ...
+
+    def insert_turn(
+        self, turn_id: str, session_id: str, prompt: str, created_at: str, task: ParentLink | None = None
+    ) -> None:
+        """A queued turn; ``task``: the task call that runs it (a sub-agent's turn, run by that call)."""
+        ...
+
+    def set_turn_status(self, turn_id: str, status: str) -> None: ...
+    def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
+        """Durable intent, a compare-and-set: a running (or suspended) turn becomes stopping with
+        ``reason``. False, changing nothing, if it is stopping or settled already: the first stop wins."""
+        ...
+
+    def settle_turn(
+        self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None
+    ) -> None: ...
+    def mark_resumed(self, turn_id: str, after: str) -> bool:
+        """Count a resume of a suspended or crashed turn. False if a stop was decided meanwhile."""
+        ...
+
+    def park_turn(self, turn_id: str) -> bool:
+        """Park an unfinished turn that is not stopping. False if it moved on, is parked already, or a
+        resume was asked for it meanwhile."""
+        ...
+
+    def release_parked(self, turn_id: str) -> bool:
+        """Ask the resume of a parked turn (compare-and-set). False if it is not parked (any more)."""
+        ...
+
+    # steps, messages, tool calls
+    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
+        """Insert a running step; returns the session's 0-based model request index."""
+        ...
+
+    def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None: ...
+    def succeed_step(self, step_id: str) -> bool:
+        """Mark a running step succeeded. False, writing nothing, when it is not running (any more)."""
+        ...
+
+    def save_streamed_text(self, step_id: str, text: str) -> None: ...
+    def insert_message(
+        self, message_id: str, session_id: str, turn_id: str, role: str, created_at: str
+    ) -> None: ...
+    def add_text_part(self, message_id: str, text: str, status: TextStatus = "complete") -> None: ...
+    def add_tool_part(self, message_id: str, call_id: str) -> None: ...
+    def insert_tool_call(self, call: ToolCallRow, created_at: str) -> None: ...
+    def settle_tool_call(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        output: Any = None,
+        error: ToolError | None = None,
+        partial: Partial | None = None,
+    ) -> bool:
+        """Settle a running call as succeeded (no ``error``) or failed. False if already settled."""
+        ...
+
+    def set_process_group(self, session_id: str, call_id: str, group: Any) -> None: ...
+    def mark_tool_started(self, session_id: str, call_id: str) -> None: ...
+    def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None: ...
+
+    # claims and instances
+    def hold_session(self, session_id: str) -> None:
+        """Wait for, then hold to this transaction's end, the session's write lock, which every
+        fenced write of the session takes first: what this transaction reads of the session after it
+        cannot change before its commit. Call it before the reads a claim is decided on. (SQLite
+        holds one lock for every write, so there it is held already.)"""
+        ...
+
+    def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
+        """Compare-and-set: take the claim if released, or (``takeover_from``) held by that owner.
+        Returns the new epoch, or 0 when another owner holds the claim. Holds the session's lock
+        (``hold_session``) from here on."""
+        ...
+
+    def set_claim_state(self, session_id: str, state: str) -> None:
+        """``released`` (the owner is cleared) or ``suspended`` (the owner is kept for the record)."""
+        ...
+
+    def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
+        """Compare-and-set: the claim a dead ``dead_owner`` holds becomes suspended (owner kept, epoch
+        unchanged: the next owner's takeover raises it). False if another took it."""
+        ...
+
+    def register_instance(self, instance: InstanceRow, started_at: str) -> None:
+        """Record an instance; its heartbeat is the store's clock now (``Reader.clock``)."""
+        ...
+
+    def beat(self, instance_id: str) -> None:
+        """Refresh the instance's heartbeat to the store's clock now."""
+        ...
+
+    def mark_instance_stopped(self, instance_id: str) -> None: ...
+
+    # permission requests, rules, forms
+    def insert_permission(
+        self, request: PermissionRequest, turn_id: str, deadline_at: float | None
+    ) -> None: ...
+    def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool: ...
+    def revoke_permission(self, request_id: str, reason: StopReason) -> bool: ...
+    def add_session_rule(self, session_id: str, rule: Rule) -> None: ...
+    def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None: ...
+    def settle_form(
+        self,
+        form_id: str,
+        status: str,
+        *,
+        answers: dict[str, str] | None = None,
+        message: str | None = None,
+        reason: StopReason | None = None,
+    ) -> bool: ...
+
+    # events
+    def prune_events(self, cutoff: str, after: int, limit: int) -> PruneBatch:
+        """Delete old events of settled turns among the next ``limit`` after ``after`` (retention)."""
+        ...
