@@ -16,8 +16,6 @@ from typing import Any
 
 import trio
 
-from coordinator.actors.context import TurnScope
-from coordinator.actors.handle import ActorHandle
 from bench.harness import (
     MODES,
     Sizes,
@@ -30,8 +28,10 @@ from bench.harness import (
     tool_then_text_script,
 )
 from coordinator import Coordinator, open_coordinator
-from coordinator.server.serve import tune_gc_for_serving
+from coordinator.actors.context import TurnScope
+from coordinator.actors.handle import ActorHandle
 from coordinator.models.scripted import ScriptedModel
+from coordinator.server.serve import tune_gc_for_serving
 
 
 @asynccontextmanager
@@ -194,7 +194,7 @@ async def measure_checkpoint_overhead(workdir: Path, sizes: Sizes, turns_per_s: 
 async def _checkpoint_cost(calls: int) -> float:
     """Seconds one production checkpoint costs: the await of ``TurnScope.checkpoint`` with no injector."""
     scope = TurnScope(
-        runtime=types.SimpleNamespace(injector=None),  # type: ignore[arg-type]
+        runtime=types.SimpleNamespace(injector=None, store=None, instance_id="bench"),  # type: ignore[arg-type]
         session_id="bench",
         turn_id="bench",
         epoch=1,
