@@ -6,10 +6,11 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from coordinator.reasons import ParentLink, StopReason, TextStatus, ToolErrorType
+from coordinator.reasons import ParentLink, StopOutcome, StopReason, TextStatus, ToolErrorType
 
 SessionStatus = Literal["idle", "busy", "suspended"]
-Outcome = Literal["succeeded", "interrupted", "declined", "timed_out", "failed"]
+# How a turn settled: it succeeded, or a stop's outcome (the reason table's).
+Outcome = Literal["succeeded", StopOutcome]
 Decision = Literal["once", "always", "reject"]
 PermissionStatus = Literal["pending", "replied", "revoked"]
 FormStatus = Literal["pending", "submitted", "cancelled", "revoked"]
