@@ -131,7 +131,7 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
     for phase in record.phases:
         for session_id in record.sessions:
             statuses = {
-                row.status
+                str(row.status)  # the stored word, as a violation shows it
                 for turn_id, s in record.turns.items()
                 if s == session_id and (row := phase.view.turns.get(turn_id)) is not None
             }
