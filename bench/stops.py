@@ -23,6 +23,7 @@ import trio
 from bench.harness import NOOP_ASKS, Sizes, TurnWatcher, bench_config, median, noop_call, p99
 from coordinator import Coordinator, open_coordinator
 from coordinator.models.scripted import ScriptedModel
+from coordinator.reasons import Declined, Interrupt
 
 # Time for the sibling shell call to spawn its process once the permission is asked: the stop then
 # has a live process group to kill. Spawning takes a few milliseconds.
@@ -37,7 +38,8 @@ STOP_SCRIPT = [
     }
 ]
 
-_OUTCOMES = {"interrupt": "interrupted", "decline": "declined"}
+# The outcome each kind of stop settles its turn with (the reason table's).
+_OUTCOMES = {"interrupt": Interrupt.outcome, "decline": Declined.outcome}
 
 
 async def _one_stop(coordinator: Coordinator, watcher: TurnWatcher, kind: str) -> tuple[float, float, float]:

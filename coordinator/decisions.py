@@ -25,6 +25,7 @@ from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, Form, PermissionRequest, Session, Settlement
+from coordinator.statuses import TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
@@ -242,7 +243,7 @@ def _stop_of(tx: Transaction, turn_id: str) -> StopReason | None:
     reason (their revocation may be deferred to the turn's settlement), so an answer is refused with
     the settlement it is about to get, never accepted and then ignored."""
     turn = tx.get_turn(turn_id)
-    return turn.stop_reason if turn is not None and turn.status == "stopping" else None
+    return turn.stop_reason if turn is not None and turn.status == TurnStatus.STOPPING else None
 
 
 def _wait_turn(tx: Transaction, request_id: str) -> str:

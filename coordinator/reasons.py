@@ -1,19 +1,25 @@
 """Typed stop reasons: the one table that says what every kind of stop means.
 
 A stop reason travels with a cancellation from the moment a stop is decided until the event that
-reports it. Callers read the class variables (``outcome``, ``resumable``, ``terminal_event``) and call
-``tool_error_type``; nothing outside this module compares ``reason.type`` or writes an ``isinstance``
-chain over reasons. ``design/reasons.md`` copies this table.
+reports it. Callers read the class variables (``outcome``, ``resumable``, ``terminal_event``,
+``is_failure``, ``tool_error``) and call ``tool_error_type``; nothing outside this module compares
+``reason.type`` or writes an ``isinstance`` chain over reasons, and a table keyed by reason type or
+outcome elsewhere is derived from ``REASON_CLASSES`` (``reason_class``, ``tool_error_of_outcome``).
+``design/reasons.md`` copies this table.
 
-=========  ==========  =========  ================================  ======================  ===========
-wire type  outcome     resumable  terminal event                    claim after the stop    text status
-=========  ==========  =========  ================================  ======================  ===========
-interrupt  interrupted no         session.execution.interrupted     released                interrupted
-declined   declined    no         session.execution.interrupted     released                interrupted
-timeout    timed_out   no         session.execution.interrupted     released                timeout
-error      failed      no         session.execution.failed          released                interrupted
-shutdown   (none)      yes        session.execution.suspended       kept, suspended         shutdown
-=========  ==========  =========  ================================  ======================  ===========
+=========  ==========  =========  ================================  ================  ===========  =======  ==========
+wire type  outcome     resumable  terminal event                    claim after stop  text status  failure  tool error
+=========  ==========  =========  ================================  ================  ===========  =======  ==========
+interrupt  interrupted no         session.execution.interrupted     released          interrupted  no       interrupted
+declined   declined    no         session.execution.interrupted     released          interrupted  no       declined
+timeout    timed_out   no         session.execution.interrupted     released          timeout      yes      timeout
+error      failed      no         session.execution.failed          released          interrupted  yes      error
+shutdown   (none)      yes        session.execution.suspended       kept, suspended   shutdown     no       interrupted
+=========  ==========  =========  ================================  ================  ===========  =======  ==========
+
+"failure": a stop that is a failure (a deadline passed, or an error), not one that went as asked; a
+traced actor's span is marked as an error for it. "tool error": the error type of the tool call the
+stop is about, and of a task call whose sub-agent's turn stopped on its own with this outcome.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import attrs
 
 TimeoutScope = Literal["tool", "execute", "permission", "question", "step", "turn"]
 ToolErrorType = Literal["declined", "interrupted", "timeout", "error", "denied"]
+# The outcome of a turn a stop settled: the ``outcome`` of each reason class but Shutdown (whose turn
+# is suspended, not settled). ``coordinator.records.Outcome`` adds "succeeded".
+StopOutcome = Literal["interrupted", "declined", "timed_out", "failed"]
 # The status of a history text part (contract section 9): "complete", or the word of the stop that cut
 # the model's streamed text short.
 TextStatus = Literal["complete", "interrupted", "timeout", "shutdown"]
@@ -44,10 +53,12 @@ class Interrupt:
     """A person asked the turn to stop: ``POST .../interrupt`` or the embedder's ``interrupt()``."""
 
     type: ClassVar[str] = "interrupt"
-    outcome: ClassVar[str | None] = "interrupted"
+    outcome: ClassVar[StopOutcome | None] = "interrupted"
     resumable: ClassVar[bool] = False
     text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+    is_failure: ClassVar[bool] = False
+    tool_error: ClassVar[ToolErrorType] = "interrupted"
 
     by: Literal["api", "embedder"]
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
@@ -59,7 +70,7 @@ class Interrupt:
         return cls(by=by)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
-        return "interrupted"
+        return self.tool_error
 
     def describe(self) -> str:
         return f"interrupted by the {'user' if self.by == 'api' else 'embedding program'}"
@@ -71,10 +82,12 @@ class Declined:
     those in a sub-agent session (``via: "task"``, ``call_id`` the parent's task call)."""
 
     type: ClassVar[str] = "declined"
-    outcome: ClassVar[str | None] = "declined"
+    outcome: ClassVar[StopOutcome | None] = "declined"
     resumable: ClassVar[bool] = False
     text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+    is_failure: ClassVar[bool] = False
+    tool_error: ClassVar[ToolErrorType] = "declined"
 
     via: Literal["permission", "question", "task"]
     call_id: str
@@ -100,7 +113,7 @@ class Declined:
         # The declined call and the execute call that made it (nested ids are "<parent>.<n>") are
         # "declined"; their siblings were only stopped because of it.
         declined = call_id == self.call_id or self.call_id.startswith(call_id + ".")
-        return "declined" if declined else "interrupted"
+        return self.tool_error if declined else "interrupted"
 
     def describe(self) -> str:
         if self.via == "permission":
@@ -115,10 +128,12 @@ class Timeout:
     """A deadline passed: a wait's, a step's or the turn's (``[timeouts]`` in the config)."""
 
     type: ClassVar[str] = "timeout"
-    outcome: ClassVar[str | None] = "timed_out"
+    outcome: ClassVar[StopOutcome | None] = "timed_out"
     resumable: ClassVar[bool] = False
     text_status: ClassVar[TextStatus] = "timeout"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
+    is_failure: ClassVar[bool] = True
+    tool_error: ClassVar[ToolErrorType] = "timeout"
 
     scope: TimeoutScope
     after: float
@@ -131,7 +146,7 @@ class Timeout:
         return cls(scope=scope, after=after)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
-        return "timeout"
+        return self.tool_error
 
     def describe(self) -> str:
         return f"the {self.scope} deadline of {self.after:g}s passed"
@@ -146,10 +161,12 @@ class Shutdown:
     """
 
     type: ClassVar[str] = "shutdown"
-    outcome: ClassVar[str | None] = None
+    outcome: ClassVar[StopOutcome | None] = None
     resumable: ClassVar[bool] = True
     text_status: ClassVar[TextStatus] = "shutdown"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = "session.execution.suspended"
+    is_failure: ClassVar[bool] = False
+    tool_error: ClassVar[ToolErrorType] = "interrupted"
 
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
@@ -160,7 +177,7 @@ class Shutdown:
         return cls()
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
-        return "interrupted"
+        return self.tool_error
 
     def describe(self) -> str:
         return "the server shut down"
@@ -174,10 +191,12 @@ class Failure:
     """
 
     type: ClassVar[str] = "error"
-    outcome: ClassVar[str | None] = "failed"
+    outcome: ClassVar[StopOutcome | None] = "failed"
     resumable: ClassVar[bool] = False
     text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
     terminal_event: ClassVar[str] = "session.execution.failed"
+    is_failure: ClassVar[bool] = True
+    tool_error: ClassVar[ToolErrorType] = "error"
 
     message: str
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
@@ -230,7 +249,7 @@ class Failure:
         return cls(message=f"its task call {task_call_id} failed before this turn could settle")
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
-        return "error"
+        return self.tool_error
 
     def describe(self) -> str:
         return self.message
@@ -241,6 +260,29 @@ StopReason = Interrupt | Declined | Timeout | Shutdown | Failure
 REASON_CLASSES: tuple[type[StopReason], ...] = (Interrupt, Declined, Timeout, Shutdown, Failure)
 
 REASONLESS = "reason-less cancellation"
+
+_BY_TYPE: dict[str, type[StopReason]] = {cls.type: cls for cls in REASON_CLASSES}
+_TOOL_ERROR_BY_OUTCOME: dict[str, ToolErrorType] = {
+    cls.outcome: cls.tool_error for cls in REASON_CLASSES if cls.outcome is not None
+}
+
+
+def reason_class(type_word: str) -> type[StopReason]:
+    """The reason class of a wire ``type`` word (``"error"`` is ``Failure``).
+
+    Raises:
+        KeyError: no reason has this type.
+    """
+    return _BY_TYPE[type_word]
+
+
+def tool_error_of_outcome(outcome: str) -> ToolErrorType:
+    """The error type of a task call whose sub-agent's turn stopped on its own with ``outcome``.
+
+    Raises:
+        KeyError: ``outcome`` is no stop's outcome ("succeeded", or no word at all).
+    """
+    return _TOOL_ERROR_BY_OUTCOME[outcome]
 
 
 def from_parent(reason: StopReason, link: ParentLink) -> StopReason:

@@ -6,14 +6,18 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from coordinator.reasons import ParentLink, StopReason, TextStatus, ToolErrorType
+from coordinator.reasons import ParentLink, StopOutcome, StopReason, TextStatus, ToolErrorType
 
 SessionStatus = Literal["idle", "busy", "suspended"]
-Outcome = Literal["succeeded", "interrupted", "declined", "timed_out", "failed"]
+# How a turn settled: it succeeded, or a stop's outcome (the reason table's).
+Outcome = Literal["succeeded", StopOutcome]
 Decision = Literal["once", "always", "reject"]
 PermissionStatus = Literal["pending", "replied", "revoked"]
 FormStatus = Literal["pending", "submitted", "cancelled", "revoked"]
 Effect = Literal["allow", "ask", "deny"]
+# The values of ``coordinator.statuses.CallStatus``, as a Literal: the wire schema of a tool part's
+# ``state`` is read from its type (tests/coordinator/test_statuses.py checks that the two agree).
+CallState = Literal["running", "succeeded", "failed"]
 
 MAX_TITLE = 200
 """Characters in a session title at most (contract section 10)."""
@@ -167,7 +171,7 @@ class ToolPart:
     call_id: str
     name: str
     input: Any
-    state: Literal["running", "succeeded", "failed"]
+    state: CallState
     output: Any = None
     error: ToolError | None = None
     partial: Partial | None = None

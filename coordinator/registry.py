@@ -13,6 +13,7 @@ from coordinator.actors import session, settlement, stops
 from coordinator.actors.context import Runtime, Takeover
 from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
+from coordinator.statuses import CallStatus, TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
@@ -73,7 +74,7 @@ class Registry:
             if takeover is None or turn.session_id in self._actors:
                 continue
             if (
-                turn.status != "stopping"
+                turn.status != TurnStatus.STOPPING
                 and turn.id not in found.asked
                 and (turn.id in found.parked or manual)
             ):
@@ -107,7 +108,7 @@ class Registry:
         """
         turn = await decisions.resume(self._runtime, session_id)
         claim = await self._runtime.store.read(lambda reader: reader.get_claim(session_id))
-        after = "shutdown" if turn.status == "suspended" else "crash"
+        after = "shutdown" if turn.status == TurnStatus.SUSPENDED else "crash"
         self._takeovers[turn.id] = Takeover(
             previous_owner=None if claim is None else claim.owner, after=after
         )
@@ -127,7 +128,7 @@ class Registry:
         turn, claim = await self._runtime.store.read(
             lambda reader: (reader.next_turn(session_id), reader.get_claim(session_id))
         )
-        if turn is None or turn.status != "stopping" or claim is None or claim.state != "suspended":
+        if turn is None or turn.status != TurnStatus.STOPPING or claim is None or claim.state != "suspended":
             return
         if session_id in self._actors:
             return
@@ -215,7 +216,7 @@ def _takeover_of(
     suspended = claim is not None and claim.state == "suspended"
     if not suspended and not liveness.owner_is_dead(owner, now):
         return None
-    after = "shutdown" if turn.status == "suspended" else "crash"
+    after = "shutdown" if turn.status == TurnStatus.SUSPENDED else "crash"
     return Takeover(previous_owner=None if claim is None else claim.owner, after=after)
 
 
@@ -224,12 +225,12 @@ def _park_in(tx: Transaction, turn: TurnRow, takeover: Takeover) -> bool:
     and the process groups its running calls left killed, since no one watches them now)."""
     tx.hold_session(turn.session_id)  # what it reads, no fenced write changes before its commit
     current = tx.get_turn(turn.id)
-    if current is None or current.status not in ("running", "suspended"):
+    if current is None or current.status not in (TurnStatus.RUNNING, TurnStatus.SUSPENDED):
         return False
-    if current.status == "running":
+    if current.status == TurnStatus.RUNNING:
         if not tx.suspend_dead_claim(turn.session_id, takeover.previous_owner):
             return False  # another instance took it over meanwhile
         for call in tx.tool_calls_of_turn(turn.id):
-            if call.status == "running":
+            if call.status == CallStatus.RUNNING:
                 settlement.kill_left_process_group(tx, call)
     return tx.park_turn(turn.id)

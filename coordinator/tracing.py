@@ -55,10 +55,6 @@ PERMISSION_DECISION = "coordinator.permission.decision"
 FORM_ID = "coordinator.form.id"
 FORM_STATUS = "coordinator.form.status"
 
-# A stop is a failure of the span (status ERROR, ``error.type``) when its outcome is: a deadline or an
-# error. A person's interrupt or decline, and a shutdown, are stops that went as asked.
-_FAILED_OUTCOMES = frozenset({"failed", "timed_out"})
-
 
 class StopSource(Protocol):
     """Where a span reads the reason its actor stops for: the actor's handle (``coordinator/actors/handle.py``)."""
@@ -98,7 +94,9 @@ class ActorSpan:
         if self.span is None:
             return
         self.span.set_attribute(STOP_REASON, reason.type)
-        if reason.outcome in _FAILED_OUTCOMES:
+        # A failure of the span (status ERROR, ``error.type``) when the reason table says the stop is a
+        # failure (a deadline, an error); an interrupt, a decline or a shutdown went as asked.
+        if reason.is_failure:
             self._error(reason.type, reason.describe())
 
     def failed(self, error_type: str, message: str, *, stopped_for: StopReason | None) -> None:

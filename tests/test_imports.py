@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "values",
         (
             "coordinator.reasons",
+            "coordinator.statuses",
             "coordinator.errors",
             "coordinator.events",
             "coordinator.records",

@@ -32,9 +32,7 @@ from coordinator.chaos.timeline import (
 )
 from coordinator.events import Event
 from coordinator.models.base import ChatMessage
-from coordinator.reasons import REASONLESS
-
-OUTCOMES = {"interrupt": "interrupted", "declined": "declined", "timeout": "timed_out", "error": "failed"}
+from coordinator.reasons import REASONLESS, reason_class
 
 
 def check_run(
@@ -133,7 +131,7 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
     for phase in record.phases:
         for session_id in record.sessions:
             statuses = {
-                row.status
+                str(row.status)  # the stored word, as a violation shows it
                 for turn_id, s in record.turns.items()
                 if s == session_id and (row := phase.view.turns.get(turn_id)) is not None
             }
@@ -300,7 +298,7 @@ def _idle(record: RunRecord, view: StoreView) -> list[Violation]:
         if len(ends) != 1 or len(idles) != 1:
             continue  # reported by check_terminals
         reason = ends[0].payload.get("reason")
-        outcome = "succeeded" if reason is None else OUTCOMES[reason["type"]]
+        outcome = "succeeded" if reason is None else reason_class(reason["type"]).outcome
         if idles[0].stored_seq < ends[0].stored_seq or idles[0].payload["outcome"] != outcome:
             found.append(
                 Violation(7, f"{turn_id}: session.idle {idles[0].payload['outcome']} does not follow its end")

@@ -52,8 +52,8 @@ def _same(value: Any) -> Any:
 
 def _is_plain(kind: Any) -> bool:
     """A type the database stores as it is: text, numbers, literals, each maybe None."""
-    if kind in _PLAIN or kind is type(None):
-        return True
+    if kind is type(None) or (isinstance(kind, type) and issubclass(kind, _PLAIN) and kind is not bool):
+        return True  # a stored status enum too (``coordinator/statuses.py``): a str or an int
     origin = typing.get_origin(kind)
     if origin is Literal:
         return all(isinstance(arg, _PLAIN) for arg in typing.get_args(kind))

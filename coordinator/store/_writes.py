@@ -11,12 +11,30 @@ from coordinator import clock, errors
 from coordinator.events import Draft, Event
 from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
+from coordinator.statuses import CallStatus, Parked, State, StepStatus, TurnStatus
 from coordinator.store import api
 from coordinator.store._deletion import PruneBatch, delete_session, prune_events
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
 from coordinator.store._sql import Connection
 from coordinator.store.rows import InstanceRow, ToolCallRow
+
+
+def _sql_states(target: State, *sources: State) -> str:
+    """The SQL list of ``sources``, the statuses a conditional update moves to ``target``: its WHERE
+    says the current one is among them, so each move is checked against the lifecycle here, once."""
+    for source in sources:
+        source.transition(target)
+    return "(" + ", ".join(repr(source.value) for source in sources) + ")"
+
+
+# A stop's intent, and a resume, move a turn that runs (or ran: its owner died) or a suspended one.
+_STOPPABLE = _sql_states(TurnStatus.STOPPING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
+_RESUMABLE = _sql_states(TurnStatus.RUNNING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
+_PARKABLE = _sql_states(Parked.PARKED, Parked.NOT_PARKED)
+_RELEASABLE = _sql_states(Parked.RELEASED, Parked.PARKED)
+_SUCCEEDABLE_STEP = _sql_states(StepStatus.SUCCEEDED, StepStatus.RUNNING)
+_SETTLEABLE_CALL = _sql_states(CallStatus.SUCCEEDED, CallStatus.RUNNING)
 
 
 class SqlTransaction(SqlReader, api.Transaction):
@@ -91,21 +109,18 @@ class SqlTransaction(SqlReader, api.Transaction):
         self, turn_id: str, session_id: str, prompt: str, created_at: str, task: ParentLink | None = None
     ) -> None:
         parent_session_id, parent_call_id = _link(task)
-        row: dict[str, Any] = {"id": turn_id, "session_id": session_id, "prompt": prompt, "status": "queued"}
-        row |= {
-            "created_at": created_at,
-            "parent_session_id": parent_session_id,
-            "parent_call_id": parent_call_id,
-        }
+        row: dict[str, Any] = {"id": turn_id, "session_id": session_id, "prompt": prompt}
+        row |= {"status": TurnStatus.QUEUED, "created_at": created_at}
+        row |= {"parent_session_id": parent_session_id, "parent_call_id": parent_call_id}
         self._insert_numbered("turns", row, "session_id", session_id, session_id)
 
     def set_turn_status(self, turn_id: str, status: str) -> None:
-        self._run("UPDATE turns SET status = ? WHERE id = ?", (status, turn_id))
+        self._run("UPDATE turns SET status = ? WHERE id = ?", (TurnStatus(status), turn_id))
 
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
         changed = self._run(
-            "UPDATE turns SET status = 'stopping', stop_reason = ?, parked = 0 "
-            "WHERE id = ? AND status IN ('running', 'suspended')",
+            f"UPDATE turns SET status = '{TurnStatus.STOPPING}', stop_reason = ?, "
+            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_STOPPABLE}",
             (_reason(reason), turn_id),
         )
         return changed == 1
@@ -113,35 +128,36 @@ class SqlTransaction(SqlReader, api.Transaction):
     def settle_turn(self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None) -> None:
         self._run(
             "UPDATE turns SET status = ?, stop_reason = ?, outcome = ? WHERE id = ?",
-            (status, _reason(reason), outcome, turn_id),
+            (TurnStatus(status), _reason(reason), outcome, turn_id),
         )
 
     def mark_resumed(self, turn_id: str, after: str) -> bool:
         changed = self._run(
-            "UPDATE turns SET status = 'running', resumes = resumes + 1, suspended_after = ?, parked = 0 "
-            "WHERE id = ? AND status IN ('running', 'suspended')",
+            f"UPDATE turns SET status = '{TurnStatus.RUNNING}', resumes = resumes + 1, suspended_after = ?, "
+            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_RESUMABLE}",
             (after, turn_id),
         )
         return changed == 1
 
-    # Parked turns (``[server] resume = "manual"``, contract section 14): ``turns.parked`` is 0 (not
-    # parked), 1 (parked) or 2 (a resume was asked and the turn awaits its takeover: no one parks it
-    # again, and any instance may take it over).
+    # Parked turns (``[server] resume = "manual"``): ``turns.parked`` is a ``statuses.Parked``, and
+    # only a turn that a resume moves is parked.
     def park_turn(self, turn_id: str) -> bool:
         changed = self._run(
-            "UPDATE turns SET parked = 1 WHERE id = ? AND parked = 0 AND status IN ('running', 'suspended')",
+            f"UPDATE turns SET parked = {Parked.PARKED} WHERE id = ? AND parked IN {_PARKABLE} "
+            f"AND status IN {_RESUMABLE}",
             (turn_id,),
         )
         return changed == 1
 
     def release_parked(self, turn_id: str) -> bool:
-        return self._run("UPDATE turns SET parked = 2 WHERE id = ? AND parked = 1", (turn_id,)) == 1
+        query = f"UPDATE turns SET parked = {Parked.RELEASED} WHERE id = ? AND parked IN {_RELEASABLE}"
+        return self._run(query, (turn_id,)) == 1
 
     # steps ----------------------------------------------------------------------------------
     def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
         # The session counts its steps: a COUNT(*) of them grew with the session (0.6 ms a step at
         # 20,000 steps, design/benchmarks.md).
-        row = {"id": step_id, "session_id": session_id, "turn_id": turn_id, "status": "running"}
+        row = {"id": step_id, "session_id": session_id, "turn_id": turn_id, "status": StepStatus.RUNNING}
         self._insert_numbered("steps", row | {"created_at": created_at}, "turn_id", turn_id, session_id)
         counted = self._one(
             "UPDATE sessions SET step_count = step_count + 1 WHERE id = ? RETURNING step_count", (session_id,)
@@ -151,10 +167,14 @@ class SqlTransaction(SqlReader, api.Transaction):
         return int(counted[0]) - 1
 
     def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None:
-        self._run("UPDATE steps SET status = ?, reason = ? WHERE id = ?", (status, _reason(reason), step_id))
+        query = "UPDATE steps SET status = ?, reason = ? WHERE id = ?"
+        self._run(query, (StepStatus(status), _reason(reason), step_id))
 
     def succeed_step(self, step_id: str) -> bool:
-        query = "UPDATE steps SET status = 'succeeded', reason = NULL WHERE id = ? AND status = 'running'"
+        query = (
+            f"UPDATE steps SET status = '{StepStatus.SUCCEEDED}', reason = NULL "
+            f"WHERE id = ? AND status IN {_SUCCEEDABLE_STEP}"
+        )
         return self._run(query, (step_id,)) == 1
 
     def save_streamed_text(self, step_id: str, text: str) -> None:
@@ -204,10 +224,12 @@ class SqlTransaction(SqlReader, api.Transaction):
         error: ToolError | None = None,
         partial: Partial | None = None,
     ) -> bool:
-        status = "failed" if error is not None else "succeeded"
+        status = CallStatus.RUNNING.transition(
+            CallStatus.FAILED if error is not None else CallStatus.SUCCEEDED
+        )
         changed = self._run(
             "UPDATE tool_calls SET status = ?, output = ?, error = ?, partial = ? "
-            "WHERE session_id = ? AND call_id = ? AND status = 'running'",
+            f"WHERE session_id = ? AND call_id = ? AND status IN {_SETTLEABLE_CALL}",
             (
                 status,
                 None if error is not None else json.dumps(output),

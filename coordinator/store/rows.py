@@ -12,6 +12,7 @@ import attrs
 
 from coordinator.reasons import ParentLink, StopReason
 from coordinator.records import Form, Message, Partial, PermissionRequest, ToolError
+from coordinator.statuses import CallStatus, TurnStatus
 from coordinator.store._records import mapper
 
 
@@ -23,7 +24,7 @@ class TurnRow:
     session_id: str
     ord: int
     prompt: str
-    status: str
+    status: TurnStatus = attrs.field(converter=TurnStatus)
     stop_reason: StopReason | None
     outcome: str | None
     resumes: int
@@ -44,7 +45,7 @@ class ToolCallRow:
     model_call_id: str | None
     name: str
     input: Any
-    status: str
+    status: CallStatus = attrs.field(converter=CallStatus)
     output: Any
     error: ToolError | None
     partial: Partial | None

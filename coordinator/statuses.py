@@ -1,0 +1,117 @@
+"""The stored lifecycles: a turn's status, a tool call's (and a model step's), and a turn's parking.
+
+Each lifecycle is an enum whose values are exactly what the store holds (``turns.status``,
+``tool_calls.status``, ``steps.status``, ``turns.parked``), so a member compares equal to the stored
+word or number. Its ``_NEXT`` table says where each state may move, and ``state.transition(target)``
+raises ``InvalidTransition`` for any other move.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import TypeVar
+
+from coordinator.errors import InvalidTransition
+
+# A state of any of the lifecycles (each move stays within one).
+State = TypeVar("State", "TurnStatus", "CallStatus", "Parked")
+
+
+class TurnStatus(enum.StrEnum):
+    """Where a turn is in its life (``turns.status``)."""
+
+    QUEUED = "queued"  # prompted, waiting for the session's earlier turns
+    RUNNING = "running"  # an actor runs it (or ran it: its owner died, and a start takes it over)
+    STOPPING = "stopping"  # a stop's intent (its reason) is committed; its settlement comes next
+    SUSPENDED = "suspended"  # stopped by a shutdown with its claim kept; resumed (or stopped) later
+    SETTLED = "settled"  # finished with an outcome; nothing moves it any more
+
+    def next_states(self) -> frozenset[TurnStatus]:
+        """The states a turn may move to from this one."""
+        return _TURN_NEXT[self]
+
+    def transition(self, target: TurnStatus) -> TurnStatus:
+        """``target``, when a turn may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("turn", _TURN_NEXT, self, target)
+
+
+class CallStatus(enum.StrEnum):
+    """Where a tool call is in its life (``tool_calls.status``); a model step lives the same way."""
+
+    RUNNING = "running"  # started and not settled
+    SUCCEEDED = "succeeded"  # settled with an output
+    FAILED = "failed"  # settled with an error (its own failure, or a stop's)
+
+    def next_states(self) -> frozenset[CallStatus]:
+        """The states a call may move to from this one."""
+        return _CALL_NEXT[self]
+
+    def transition(self, target: CallStatus) -> CallStatus:
+        """``target``, when a call may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("tool call", _CALL_NEXT, self, target)
+
+
+# A model step (``steps.status``) runs, then succeeds or fails, as a tool call does.
+StepStatus = CallStatus
+
+
+class Parked(enum.IntEnum):
+    """Whether a suspended or crashed turn waits for a person's resume (``turns.parked``; only with
+    ``[server] resume = "manual"``)."""
+
+    NOT_PARKED = 0  # a start resumes it (or it needs no resuming)
+    PARKED = 1  # every start leaves it alone until it is resumed or interrupted
+    RELEASED = 2  # a resume was asked: any instance takes it over, and no one parks it again
+
+    def next_states(self) -> frozenset[Parked]:
+        """The states a turn's parking may move to from this one."""
+        return _PARKED_NEXT[self]
+
+    def transition(self, target: Parked) -> Parked:
+        """``target``, when a turn's parking may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("parking", _PARKED_NEXT, self, target)
+
+
+_TURN_NEXT: dict[TurnStatus, frozenset[TurnStatus]] = {
+    TurnStatus.QUEUED: frozenset({TurnStatus.RUNNING}),
+    # Running again: a start takes over the turn of a dead owner (a crash), its status unchanged.
+    TurnStatus.RUNNING: frozenset(
+        {TurnStatus.RUNNING, TurnStatus.STOPPING, TurnStatus.SUSPENDED, TurnStatus.SETTLED}
+    ),
+    TurnStatus.STOPPING: frozenset({TurnStatus.SUSPENDED, TurnStatus.SETTLED}),
+    # Resumed at a start, or stopped (an interrupt of a parked turn) without running again.
+    TurnStatus.SUSPENDED: frozenset({TurnStatus.RUNNING, TurnStatus.STOPPING}),
+    TurnStatus.SETTLED: frozenset(),
+}
+
+_CALL_NEXT: dict[CallStatus, frozenset[CallStatus]] = {
+    CallStatus.RUNNING: frozenset({CallStatus.SUCCEEDED, CallStatus.FAILED}),
+    CallStatus.SUCCEEDED: frozenset(),
+    CallStatus.FAILED: frozenset(),
+}
+
+_PARKED_NEXT: dict[Parked, frozenset[Parked]] = {
+    # A stop's intent and a resume clear the parking whatever it was: clearing a clear one is no move.
+    Parked.NOT_PARKED: frozenset({Parked.NOT_PARKED, Parked.PARKED}),
+    Parked.PARKED: frozenset({Parked.NOT_PARKED, Parked.RELEASED}),
+    Parked.RELEASED: frozenset({Parked.NOT_PARKED}),
+}
+
+
+def _check(lifecycle: str, table: Mapping[State, frozenset[State]], current: State, target: State) -> State:
+    if target not in table[current]:
+        raise InvalidTransition(lifecycle, str(current.value), str(target.value))
+    return target
