@@ -31,7 +31,7 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
-from coordinator.reasons import Declined, ParentLink
+from coordinator.reasons import Declined, ParentLink, tool_error_of_outcome
 from coordinator.records import Message, TextPart
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow, TurnRow
@@ -210,10 +210,6 @@ async def _run_inside(
         raise ToolFailure(type="error", message=message) from unwritten
 
 
-# How a sub-agent's own stop fails its task call, by the turn's outcome (declined stops the parent).
-_OUTCOME_ERRORS = {"failed": "error", "timed_out": "timeout", "interrupted": "interrupted"}
-
-
 async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[str, Any]:
     """The call's result, from how the sub-agent's turn ended as the store has it."""
     row = await turn.runtime.store.read(lambda reader: reader.get_turn(sub_turn_id))
@@ -230,9 +226,10 @@ async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[
         await stops.decide(turn, Declined.by_sub_agent(call.call_id))
         await trio.lowlevel.checkpoint()
         raise AssertionError("a stopped turn did not cancel its task call")
-    error_type = _OUTCOME_ERRORS.get(row.outcome or "", "error")
+    assert row.outcome is not None  # a settled stop's outcome is its reason's
+    error_type = tool_error_of_outcome(row.outcome)
     message = f"the sub-agent session {row.session_id} stopped: {reason.describe()}"
-    raise ToolFailure(type=error_type, message=message)  # type: ignore[arg-type]
+    raise ToolFailure(type=error_type, message=message)
 
 
 def last_text(history: list[Message], row: TurnRow) -> str:

@@ -110,8 +110,6 @@ def test_no_module_restates_the_reason_table() -> None:
 
 _NOT_REASON_TABLES = {
     "coordinator/demo.py",  # colours of event words, one of which happens to be an outcome
-    # ``_OUTCOME_ERRORS`` there is to become ``reasons.tool_error_of_outcome``.
-    "coordinator/actors/task.py",
 }
 
 
