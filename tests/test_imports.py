@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.reasons",
             "coordinator.errors",
             "coordinator.events",
+            "coordinator.event_payloads",
             "coordinator.records",
             "coordinator.wire",
             "coordinator.ids",
