@@ -367,8 +367,10 @@ def wire_builder(cls: Callable[P, object]) -> Callable[P, dict[str, Any]]:
             namespace[f"_default_{field.name}"] = field.default
             params.append(f"{field.name}=_default_{field.name}")
             statements.append(f"if {field.name} != _default_{field.name}:\n        {key}")
-    lines = [f"def {name}(*, {', '.join(params)}):", f"_res = {{{', '.join(entries)}}}", *statements]
-    exec(compile("\n    ".join([*lines, "return _res"]), f"<{name}>", "exec"), namespace)
+    literal = f"{{{', '.join(entries)}}}"
+    body = [f"_res = {literal}", *statements, "return _res"] if statements else [f"return {literal}"]
+    source = "\n    ".join([f"def {name}(*, {', '.join(params)}):", *body])
+    exec(compile(source, f"<{name}>", "exec"), namespace)
     built: Callable[P, dict[str, Any]] = namespace[name]
     return built
 
