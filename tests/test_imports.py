@@ -61,6 +61,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.statuses",
             "coordinator.errors",
             "coordinator.events",
+            "coordinator.event_payloads",
             "coordinator.records",
             "coordinator.wire",
             "coordinator.ids",

@@ -1,4 +1,4 @@
-"""The HTTP edge of contract section 10 over real HTTP: what a web page the user visits cannot do.
+"""The HTTP edge (Host, Origin, Content-Type) over real HTTP: what a web page the user visits cannot do.
 
 Each rule is tried the way an attack or a browser would: a rebinding page's foreign ``Host``, a
 cross-site ``text/plain`` post, a foreign ``Origin``, a listed origin with its preflight; then the
