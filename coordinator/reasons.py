@@ -55,7 +55,7 @@ class Interrupt:
     type: ClassVar[str] = "interrupt"
     outcome: ClassVar[StopOutcome | None] = "interrupted"
     resumable: ClassVar[bool] = False
-    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
     is_failure: ClassVar[bool] = False
     tool_error: ClassVar[ToolErrorType] = "interrupted"
@@ -84,7 +84,7 @@ class Declined:
     type: ClassVar[str] = "declined"
     outcome: ClassVar[StopOutcome | None] = "declined"
     resumable: ClassVar[bool] = False
-    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
     is_failure: ClassVar[bool] = False
     tool_error: ClassVar[ToolErrorType] = "declined"
@@ -130,7 +130,7 @@ class Timeout:
     type: ClassVar[str] = "timeout"
     outcome: ClassVar[StopOutcome | None] = "timed_out"
     resumable: ClassVar[bool] = False
-    text_status: ClassVar[TextStatus] = "timeout"  # a text part the stop cut short (contract §9)
+    text_status: ClassVar[TextStatus] = "timeout"  # a text part the stop cut short
     terminal_event: ClassVar[str] = _INTERRUPTED_EVENT
     is_failure: ClassVar[bool] = True
     tool_error: ClassVar[ToolErrorType] = "timeout"
@@ -163,7 +163,7 @@ class Shutdown:
     type: ClassVar[str] = "shutdown"
     outcome: ClassVar[StopOutcome | None] = None
     resumable: ClassVar[bool] = True
-    text_status: ClassVar[TextStatus] = "shutdown"  # a text part the stop cut short (contract §9)
+    text_status: ClassVar[TextStatus] = "shutdown"  # a text part the stop cut short
     terminal_event: ClassVar[str] = "session.execution.suspended"
     is_failure: ClassVar[bool] = False
     tool_error: ClassVar[ToolErrorType] = "interrupted"
@@ -193,7 +193,7 @@ class Failure:
     type: ClassVar[str] = "error"
     outcome: ClassVar[StopOutcome | None] = "failed"
     resumable: ClassVar[bool] = False
-    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short (contract §9)
+    text_status: ClassVar[TextStatus] = "interrupted"  # a text part the stop cut short
     terminal_event: ClassVar[str] = "session.execution.failed"
     is_failure: ClassVar[bool] = True
     tool_error: ClassVar[ToolErrorType] = "error"

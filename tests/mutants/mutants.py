@@ -128,8 +128,8 @@ MUTANTS: tuple[Mutant, ...] = (
         edits=(
             Edit(
                 path="coordinator/reasons.py",
-                old=('        return "declined" if declined else "interrupted"',),
-                new=('        return "declined"',),
+                old=('        return self.tool_error if declined else "interrupted"',),
+                new=("        return self.tool_error",),
             ),
         ),
         tests=(
@@ -195,11 +195,11 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/reasons.py",
                 old=(
-                    '    outcome: ClassVar[str | None] = "declined"',
+                    '    outcome: ClassVar[StopOutcome | None] = "declined"',
                     "    resumable: ClassVar[bool] = False",
                 ),
                 new=(
-                    '    outcome: ClassVar[str | None] = "declined"',
+                    '    outcome: ClassVar[StopOutcome | None] = "declined"',
                     "    resumable: ClassVar[bool] = True",
                 ),
             ),
