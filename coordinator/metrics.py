@@ -1,4 +1,4 @@
-"""The Prometheus series of one coordinator (contract section 14), in a registry of its own.
+"""The Prometheus series of one coordinator, in a registry of its own.
 
 Counters and histograms are updated where the thing they count happens, once: a turn's settlement
 (``coordinator/actors/session.py``), a store commit and a WAL sync (``coordinator/store/``). Gauges are read when

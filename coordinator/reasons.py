@@ -33,7 +33,7 @@ ToolErrorType = Literal["declined", "interrupted", "timeout", "error", "denied"]
 # The outcome of a turn a stop settled: the ``outcome`` of each reason class but Shutdown (whose turn
 # is suspended, not settled). ``coordinator.records.Outcome`` adds "succeeded".
 StopOutcome = Literal["interrupted", "declined", "timed_out", "failed"]
-# The status of a history text part (contract section 9): "complete", or the word of the stop that cut
+# The status of a history text part: "complete", or the word of the stop that cut
 # the model's streamed text short.
 TextStatus = Literal["complete", "interrupted", "timeout", "shutdown"]
 
@@ -42,7 +42,7 @@ _INTERRUPTED_EVENT = "session.execution.interrupted"
 
 @attrs.frozen(kw_only=True)
 class ParentLink:
-    """The task call of a parent session that a sub-agent session (or its stop) comes from (§12)."""
+    """The task call of a parent session that a sub-agent session (or its stop) comes from."""
 
     session_id: str
     call_id: str
@@ -287,7 +287,7 @@ def tool_error_of_outcome(outcome: str) -> ToolErrorType:
 
 def from_parent(reason: StopReason, link: ParentLink) -> StopReason:
     """The reason a sub-agent's turn stops with when its parent's turn stopped for ``reason``: the same
-    type and fields, with ``parent`` naming the task call (contract section 12)."""
+    type and fields, with ``parent`` naming the task call."""
     return attrs.evolve(reason, parent=link)
 
 

@@ -20,7 +20,7 @@ Effect = Literal["allow", "ask", "deny"]
 CallState = Literal["running", "succeeded", "failed"]
 
 MAX_TITLE = 200
-"""Characters in a session title at most (contract section 10)."""
+"""Characters in a session title at most."""
 
 MAX_TEXT = 1 << 20
 """Characters in a prompt (and a reply's message) at most: 1 MiB of ASCII."""
@@ -36,7 +36,7 @@ class ClaimView:
 
 @attrs.frozen(kw_only=True)
 class Node:
-    """A live node sharing the store (contract section 11, ``GET /api/node``)."""
+    """A live node sharing the store (``GET /api/node``)."""
 
     id: str
     host: str
@@ -48,7 +48,7 @@ class Node:
 
 @attrs.frozen(kw_only=True)
 class Session:
-    """A session as clients see it (contract section 4)."""
+    """A session as clients see it."""
 
     id: str
     title: str
@@ -56,13 +56,13 @@ class Session:
     claim: ClaimView | None
     last_outcome: Outcome | None
     created_at: str
-    # The task call that made this sub-agent session (contract section 12); null for a top-level one.
+    # The task call that made this sub-agent session; null for a top-level one.
     parent: ParentLink | None
 
 
 @attrs.frozen(kw_only=True)
 class PermissionRequest:
-    """A question to a person: may this tool call run? (contract section 4)."""
+    """A question to a person: may this tool call run?"""
 
     id: str
     session_id: str
@@ -99,7 +99,7 @@ class Question:
 
 @attrs.frozen(kw_only=True)
 class Form:
-    """A question form shown to a person by the ``question`` tool (contract section 4)."""
+    """A question form shown to a person by the ``question`` tool."""
 
     id: str
     session_id: str
@@ -126,7 +126,7 @@ class Rule:
 
 @attrs.frozen(kw_only=True)
 class ToolError:
-    """Why a tool call failed: its type (contract section 5) and a message for people and the model."""
+    """Why a tool call failed: its type and a message for people and the model."""
 
     type: ToolErrorType
     message: str
@@ -191,7 +191,7 @@ class Message:
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Tokens the model endpoint reported for one request (contract section 9)."""
+    """Tokens the model endpoint reported for one request."""
 
     input_tokens: int
     output_tokens: int

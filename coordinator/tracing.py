@@ -1,4 +1,4 @@
-"""Tracing (contract section 14): one OpenTelemetry span per actor, or nothing at all when it is off.
+"""Tracing: one OpenTelemetry span per actor, or nothing at all when it is off.
 
 Tracing is on when an OpenTelemetry ``TracerProvider`` is configured: the one passed to
 ``open_coordinator(tracer_provider=...)``, else the global one (``trace.set_tracer_provider``). Without

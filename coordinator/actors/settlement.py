@@ -267,7 +267,7 @@ def fail_step(
 
     ``partial_text`` is what the model had streamed when the stop cut it short: it is kept in the
     history as an assistant text part with the stop's status, and reported on ``session.step.failed``,
-    so the next request of the session sends it as the assistant's content (contract section 9).
+    so the next request of the session sends it as the assistant's content.
 
     A step settles once: one settled already is left as it is (a step that had carried its success,
     ``Journal.step_succeeded``, when a stop reached it: the carried body is written first).

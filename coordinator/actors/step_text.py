@@ -27,7 +27,7 @@ from coordinator.clock import now_rfc3339
 from coordinator.events import Event
 
 COALESCE_SECONDS = 0.02
-"""At most one delta a session in this many seconds (contract section 9), on trio's clock."""
+"""At most one delta a session in this many seconds, on trio's clock."""
 
 SAVE_SECONDS = 1.0
 """While the model streams, the text so far is saved to the step's row at most this often: what a

@@ -1,4 +1,4 @@
-"""The task actor: one turn of a sub-agent session, run as a child actor of a ``task`` call (§12).
+"""The task actor: one turn of a sub-agent session, run as a child actor of a ``task`` call.
 
 The sub-agent is an ordinary session (its own claim, events, history and waits) whose ``parent``
 names the call. Its turn is begun in the parent's fenced transaction that creates it (or, with

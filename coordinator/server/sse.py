@@ -106,7 +106,7 @@ class EventStream:
     follow: bool
     keepalive: float = KEEPALIVE_SECONDS
     deltas: bool = False
-    descendants: bool = False  # with ``session_id``: its sub-agent sessions' events too (§12)
+    descendants: bool = False  # with ``session_id``: its sub-agent sessions' events too
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})

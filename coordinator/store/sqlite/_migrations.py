@@ -166,7 +166,7 @@ def _v3(db: apsw.Connection) -> None:
 
 
 def _v4(db: apsw.Connection) -> None:
-    # A text part's status (contract section 9): "complete", or the word of the stop that cut the
+    # A text part's status: "complete", or the word of the stop that cut the
     # model's streamed text short ("interrupted", "timeout", "shutdown"). Older parts were complete.
     db.execute("ALTER TABLE parts ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'")
     # The text a running step had streamed at its last save (at most one a second while it streams):
@@ -175,7 +175,7 @@ def _v4(db: apsw.Connection) -> None:
 
 
 def _v5(db: apsw.Connection) -> None:
-    # Operating for months (contract section 14). `parked`: a suspended turn that a coordinator
+    # Operating for months. `parked`: a suspended turn that a coordinator
     # started with `[server] resume = "manual"` left for `POST /api/session/{sid}/resume`; it stays
     # parked across restarts until resumed or interrupted. `store_meta`: small facts of the store
     # itself, among them `event_horizon`, the highest seq retention has deleted up to (a replay
@@ -196,7 +196,7 @@ def _v5(db: apsw.Connection) -> None:
 
 
 def _v6(db: apsw.Connection) -> None:
-    # Sub-agent sessions (contract section 12). A session made by a `task` call names that call
+    # Sub-agent sessions. A session made by a `task` call names that call
     # (its session and call id); a turn a `task` call runs names it too: such a turn is run by its
     # call's actor, never by the registry (neither started as queued nor recovered on its own), and
     # the parent's resume finds it through its call.
@@ -213,7 +213,7 @@ def _v6(db: apsw.Connection) -> None:
 
 
 def _v7(db: apsw.Connection) -> None:
-    # Several nodes (contract section 11): an instance names the node it runs (``[server] node_id``)
+    # Several nodes: an instance names the node it runs (``[server] node_id``)
     # for ``GET /api/node``; NULL for an instance whose own id names it.
     db.execute("ALTER TABLE instances ADD COLUMN node_id TEXT")
 
