@@ -12,7 +12,7 @@ import trio.testing
 from coordinator.actors.wait_book import WaitBook
 from coordinator.errors import StoreError
 from coordinator.reasons import Interrupt
-from coordinator.store import Transaction
+from coordinator.store import Store, Transaction
 from tests.actors.turn_harness import open_harness
 
 
@@ -23,6 +23,18 @@ def _note(seq: list[str], name: str) -> object:
         seq.append(name)
 
     return body
+
+
+def _fail_the_next_write(monkeypatch: pytest.MonkeyPatch, store: Store, message: str) -> None:
+    """The store's next write fails with ``StoreError(message)``; the ones after it commit."""
+    original, failures = store.write, [message]
+
+    async def failing_once(body: object, **kwargs: object) -> object:
+        if failures:
+            raise StoreError(failures.pop())
+        return await original(body, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "write", failing_once)
 
 
 async def test_a_carried_body_is_written_first_by_the_next_write(tmp_path: Path) -> None:
@@ -100,15 +112,7 @@ async def test_a_failed_settlement_is_written_again_without_the_deferred_but_wit
         await journal.answered(_note(ran, "answered"))
         harness.turn.handle.stop(Interrupt.by_person("api"))
         await journal.settled(_note(ran, "step failed"))
-        original, failures = store.write, [1]
-
-        async def failing_once(body: object, **kwargs: object) -> object:
-            if failures:
-                failures.pop()
-                raise StoreError("the disk is full")
-            return await original(body, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(store, "write", failing_once)
+        _fail_the_next_write(monkeypatch, store, "the disk is full")
         await journal.settle_turn(_note(ran, "turn settled"))
         # The answer was carried before the stop, so it stays first; the deferred failure is dropped.
         assert ran == ["answered", "turn settled"]
@@ -138,15 +142,7 @@ async def test_a_carried_body_stays_carried_until_a_write_that_ran_it_returned(
     async with open_harness(tmp_path) as harness:
         journal, store = harness.turn.journal, harness.store
         await journal.step_succeeded(_note(ran, "step succeeded"))
-        original, failures = store.write, [1]
-
-        async def failing_once(body: object, **kwargs: object) -> object:
-            if failures:
-                failures.pop()
-                raise StoreError("connection lost")
-            return await original(body, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(store, "write", failing_once)
+        _fail_the_next_write(monkeypatch, store, "connection lost")
         with pytest.raises(StoreError):
             await journal.write(_note(ran, "next"))
         await journal.write(_note(ran, "next again"))

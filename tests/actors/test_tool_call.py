@@ -107,6 +107,14 @@ class SlowRevocations:
         self.settle = settle
 
 
+async def _interrupted_while_running(harness: Harness, *calls: ToolCallRow) -> None:
+    """Run the calls until they all block, then interrupt the turn as a person would."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_run_calls, harness.turn, *calls)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await decisions.interrupt(harness.runtime, "ses_1", "api")
+
+
 def _settled(harness: Harness) -> list[tuple[str, Any]]:
     """Each event with what it is about: a wait's id, or a call's id and its error type."""
     out: list[tuple[str, Any]] = []
@@ -155,13 +163,10 @@ async def test_a_stopped_script_call_keeps_its_finished_nested_calls_and_logs(tm
     """Seed 002: the model must get what the script had already done (finished nested calls, logged
     lines) with the interrupted call, or the next turn redoes that work."""
     async with open_harness(tmp_path, tools=TOOLS) as harness:
-        turn = harness.live()
+        harness.live()
         script = call_row("c1", "script")
         await start_step(harness, script)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_run_calls, turn, script)
-            await trio.testing.wait_all_tasks_blocked()
-            assert await decisions.interrupt(harness.runtime, "ses_1", "api")
+        await _interrupted_while_running(harness, script)
         await harness.settle()
         finished = {
             "call_id": "c1.1",
@@ -241,13 +246,10 @@ async def test_a_tool_reads_the_reason_its_call_is_stopped_for_in_its_cleanup(tm
     reason, never guesses it from the cancellation."""
     SEEN_STOP_REASONS.clear()
     async with open_harness(tmp_path, tools=TOOLS) as harness:
-        turn = harness.live()
+        harness.live()
         call = call_row("c1", "note_stop")
         await start_step(harness, call)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_run_calls, turn, call)
-            await trio.testing.wait_all_tasks_blocked()
-            assert await decisions.interrupt(harness.runtime, "ses_1", "api")
+        await _interrupted_while_running(harness, call)
     assert [type(r).__name__ for r in SEEN_STOP_REASONS] == ["Interrupt"]
     assert SEEN_STOP_REASONS[0].by == "api"
 
