@@ -153,6 +153,9 @@ class Coordinator:
         for each in deleted:
             self._runtime.bus.forget_session(each)
             self._runtime.conversations.forget(each)
+            if self._runtime.lives is not None:
+                await self._runtime.lives.end(each)  # what its tools kept for it closes now
+            self._runtime.tools.forget_session(each)
 
     async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.

@@ -16,6 +16,7 @@ from coordinator import claims, errors, retention
 from coordinator._coordinator import Coordinator
 from coordinator.actors import session
 from coordinator.actors.context import Runtime
+from coordinator.actors.session_life import SessionLives
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.clock import now_rfc3339
@@ -26,6 +27,7 @@ from coordinator.models.factory import build_model
 from coordinator.registry import Registry
 from coordinator.store import open_store
 from coordinator.tools.registry import build_tools
+from coordinator.tools.table import ToolTable
 from coordinator.tracing import Tracing
 
 if TYPE_CHECKING:
@@ -86,7 +88,7 @@ async def open_coordinator(
                     bus=bus,
                     config=resolved,
                     model=chosen_model,
-                    tools=build_tools(resolved),
+                    tools=ToolTable(build_tools(resolved)),
                     instance_id=instance.id,
                     workdir=Path(workdir) if workdir is not None else resolved.base_dir,
                     injector=injector,
@@ -123,6 +125,7 @@ async def _start(runtime: Runtime, instance: Any, root: trio.Nursery) -> Coordin
         pending_waits=runtime.waits.count_by_kind,
         event_subscribers=lambda: runtime.bus.subscribers,
     )
+    runtime.lives = SessionLives(root, runtime.tools, busy=runtime.runs_a_turn_of)
     registry = Registry(runtime, root)
     runtime.wake = registry.ensure_running
     lease = runtime.config.server.lease

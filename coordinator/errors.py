@@ -318,6 +318,11 @@ class ToolFailure(CoordinatorError):
         return self.message
 
 
+class SessionEnded(CoordinatorError):
+    """What a tool asked to keep for its session cannot be kept: the session's life in this process
+    ended (the session was deleted, or the coordinator is shutting down) before it was open."""
+
+
 @attrs.define(eq=False, kw_only=True)
 class ChaosFailure(AssertionError):
     """A run of ``coordinator.testing.run_chaos`` broke an invariant (or the user's scenario raised).

@@ -181,6 +181,8 @@ class Registry:
             handle.shutdown()
         for handle in actors:
             await handle.done.wait()
+        if self._runtime.lives is not None:
+            await self._runtime.lives.end_all()  # what sessions kept outlives their turns, not this
 
 
 @attrs.frozen

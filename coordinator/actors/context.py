@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -12,6 +12,7 @@ import trio
 
 from coordinator.actors.handle import ActorHandle
 from coordinator.actors.journal import Journal
+from coordinator.actors.session_life import SessionLives
 from coordinator.actors.wait_book import WaitBook
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
@@ -22,6 +23,7 @@ from coordinator.models.history import Conversations
 from coordinator.store import Fence, Store
 from coordinator.store.rows import TurnRow
 from coordinator.tools.base import Tool
+from coordinator.tools.table import ToolTable
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
 log = structlog.get_logger()
@@ -121,7 +123,8 @@ class Runtime:
     bus: Bus
     config: Config
     model: Model
-    tools: dict[str, Tool]
+    # Which tools each session may call now (fixed ones, and those providers add and withdraw).
+    tools: ToolTable
     instance_id: str
     workdir: Path
     waits: Waits = attrs.Factory(Waits)
@@ -143,6 +146,13 @@ class Runtime:
     # Runs a sub-agent's turn inside its task call (``coordinator/actors/session.py::run_turn``, given by whoever
     # builds the runtime: the turn runs the very tool calls that need it). None: no sub-agents here.
     run_turn: TurnRunner | None = None
+    # What sessions keep beyond one call (``coordinator/actors/session_life.py``), set as the
+    # coordinator starts. None: nothing is kept (a test's bare runtime).
+    lives: SessionLives | None = None
+
+    def runs_a_turn_of(self, session_id: str) -> bool:
+        """Whether a turn of ``session_id`` runs in this process now (a sub-agent's included)."""
+        return any(turn.session_id == session_id for turn in self.turns.values())
 
     def __repr__(self) -> str:
         return f"Runtime(instance_id={self.instance_id!r}, turns={len(self.turns)}, closing={self.closing})"
@@ -178,6 +188,11 @@ class TurnScope:
 
     def _new_journal(self) -> Journal:
         return Journal(store=self.runtime.store, fence=self.fence, handle=self.handle)
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools this turn's session may call now, by name."""
+        return self.runtime.tools.for_session(self.session_id)
 
     @property
     def fence(self) -> Fence:

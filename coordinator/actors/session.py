@@ -266,7 +266,7 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
     A stop decided while the turn was down (a reject of its kept request) wins: it is not resumed.
     """
     scope.resumed_after = takeover.after
-    tools = scope.runtime.tools
+    tools = scope.tools
 
     def resume(tx: Transaction) -> settlement.Recovered | TurnRow | None:
         if not tx.mark_resumed(scope.turn_id, takeover.after):
@@ -308,7 +308,7 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
         for step_id, text in scope.runtime.step_texts.items()
         if text.turn_id == scope.turn_id
     }
-    tools = scope.runtime.tools
+    tools = scope.tools
 
     def settle(tx: Transaction) -> StopReason | None:
         settled_as = stops.settle_reason(tx, scope.turn_id, reason)

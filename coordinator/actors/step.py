@@ -114,7 +114,7 @@ async def _ask_model(turn: TurnScope, index: int, text: StepText, history: Histo
         index=index,
         title=await _title(turn),
         messages=messages,
-        tools=tuple(tool.spec for tool in runtime.tools.values()),
+        tools=tuple(tool.spec for tool in turn.tools.values()),
         text=text,
     )
     limit = runtime.config.timeouts.limit("step")
@@ -287,7 +287,7 @@ async def _settle(turn: TurnScope, step_id: str, reason: StopReason, text: StepT
     """Fail the step, keeping the text the stop cut short; returns the reason it failed with. If this
     commit fails, the text stays in ``runtime.step_texts`` for the session's sweep."""
     await turn.checkpoint("settle.step")
-    unrecorded, tools = text.unrecorded(), turn.runtime.tools
+    unrecorded, tools = text.unrecorded(), turn.tools
 
     def fail(tx: Transaction) -> None:
         settled_as = stops.settle_reason(tx, turn.turn_id, reason) or reason

@@ -82,7 +82,7 @@ async def run(
     # The tool's own run, under its deadline: nested calls of execute are its children (tool-call
     # actors, run by this very function), so a deadline that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
-    capabilities = capabilities_of(turn.runtime.tools, call.name)
+    capabilities = capabilities_of(turn.tools, call.name)
     context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
@@ -132,7 +132,7 @@ async def _permit_and_run(
     permitted: bool,
     siblings: Siblings | None,
 ) -> Any:
-    tool = turn.runtime.tools.get(call.name)
+    tool = turn.tools.get(call.name)
     if tool is None:
         raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
     if not isinstance(call.input, dict):
@@ -274,7 +274,7 @@ def _partial(context: ToolContext, capabilities: Capabilities, reported: Any = N
 
 async def _settle_succeeded(turn: TurnScope, call: ToolCallRow, output: Any, *, last: bool) -> None:
     """Tell the journal the call succeeded; ``last``: it ends its step."""
-    tools = turn.runtime.tools
+    tools = turn.tools
 
     def succeed(tx: Transaction) -> None:
         # Idempotent, as a carried body must be (``Journal.call_succeeded``): a settled call is not settled again.
@@ -292,7 +292,7 @@ async def _settle_failed(
     *,
     stopped_for: StopReason | None,
 ) -> None:
-    tools = turn.runtime.tools
+    tools = turn.tools
     await turn.journal.settled(
         lambda tx: settlement.settle_call(
             tx,

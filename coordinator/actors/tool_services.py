@@ -60,6 +60,8 @@ def build_context(
     context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
     context.record_process_group = services.record_process_group
+    if turn.runtime.lives is not None:
+        context.keep_for_session = functools.partial(turn.runtime.lives.keep, turn.session_id)
     if capabilities.runs_sub_agent and turn.runtime.run_turn is not None:
         context.run_task = functools.partial(services.run_task, turn.runtime.run_turn)
     if capabilities.runs_nested_calls:
@@ -111,7 +113,7 @@ class _Services:
 
     async def call_nested(self, name: str, input: Any) -> CallResult:
         turn, call = self.turn, self.call
-        if not capabilities_of(turn.runtime.tools, name).nestable:
+        if not capabilities_of(turn.tools, name).nestable:
             raise ToolFailure(type="error", message=f"{name} cannot be called from a script")
         await turn.checkpoint("nested.call")
         nested = await _start_nested(turn, call, f"{call.call_id}.{next(self.numbers)}", name, input)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -73,6 +74,17 @@ class LogWriter(Protocol):
     async def __call__(self, line: str) -> None: ...
 
 
+class SessionKeeper(Protocol):
+    """Keeps a resource for the calling session: ``opener()`` (an async context manager) is entered
+    once, by the session's life, and its value returned to this and every later call that asks for
+    ``key``; it is closed when the session is deleted, at shutdown, or after the session idled.
+
+    **Raises:** what ``opener`` raised while opening; ``SessionEnded`` if the session's life ended.
+    """
+
+    async def __call__(self, key: str, opener: Callable[[], AbstractAsyncContextManager[Any]]) -> Any: ...
+
+
 @attrs.define(kw_only=True)
 class ToolContext:
     """Owned by one tool-call actor while its tool runs.
@@ -95,6 +107,8 @@ class ToolContext:
     # Records a process group the tool started, durably, so that a later start can kill it if this
     # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
     record_process_group: Callable[[Any], Awaitable[None]] | None = None
+    # Keeps a resource for the session's turns beyond this call, opened once (``SessionKeeper``).
+    keep_for_session: SessionKeeper | None = None
     # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells
     # its server); None while it runs, and when it fails or succeeds on its own.
     stop_reason: Callable[[], StopReason | None] = lambda: None

@@ -83,7 +83,7 @@ async def test_a_stop_sweeps_waits_then_calls_children_first_then_the_step(tmp_p
     async with open_harness(tmp_path) as harness:
         await _mid_turn(harness)
         async with harness.store.transaction() as tx:
-            settlement.sweep(tx, "ses_1", "turn_1", Interrupt.by_person("api"), tools=harness.runtime.tools)
+            settlement.sweep(tx, "ses_1", "turn_1", Interrupt.by_person("api"), tools=harness.turn.tools)
         assert _settled(harness) == [
             ("permission.revoked", "per_1"),
             ("form.revoked", "frm_1"),
@@ -100,7 +100,7 @@ async def test_a_shutdown_keeps_a_top_level_call_waiting_on_a_person(tmp_path: P
     async with open_harness(tmp_path) as harness:
         await _mid_turn(harness)
         async with harness.store.transaction() as tx:
-            settlement.sweep(tx, "ses_1", "turn_1", Shutdown.of_coordinator(), tools=harness.runtime.tools)
+            settlement.sweep(tx, "ses_1", "turn_1", Shutdown.of_coordinator(), tools=harness.turn.tools)
         assert _settled(harness) == [
             ("permission.revoked", "per_1"),
             ("session.tool.failed", ("c1.1", "interrupted")),
@@ -117,7 +117,7 @@ async def test_recovery_settles_through_the_same_sweep_in_the_same_order(tmp_pat
     async with open_harness(tmp_path) as harness:
         await _mid_turn(harness)
         async with harness.store.transaction() as tx:
-            recovered = settlement.recover(tx, "ses_1", "turn_1", tools=harness.runtime.tools)
+            recovered = settlement.recover(tx, "ses_1", "turn_1", tools=harness.turn.tools)
         assert _settled(harness) == [
             ("permission.revoked", "per_1"),
             ("session.tool.failed", ("c1.1", "interrupted")),
@@ -140,7 +140,7 @@ async def test_an_execute_call_settled_by_the_sweep_keeps_its_finished_nested_ca
         async with harness.store.transaction() as tx:
             tx.insert_tool_call(_call("c1.2", "shell", parent="c1"), AT)
             tx.settle_tool_call("ses_1", "c1.2", output={"exit_code": 0, "stdout": "hi\n"})
-            settlement.sweep(tx, "ses_1", "turn_1", Interrupt.by_person("api"), tools=harness.runtime.tools)
+            settlement.sweep(tx, "ses_1", "turn_1", Interrupt.by_person("api"), tools=harness.turn.tools)
         failed = harness.store.read.get_tool_call("ses_1", "c1")
         assert failed is not None and failed.partial is not None
         assert [(c.call_id, c.status) for c in failed.partial.calls] == [("c1.2", "succeeded")]
@@ -155,9 +155,7 @@ async def test_a_decline_fails_the_declined_call_and_its_script_declined_and_the
         await _mid_turn(harness)
         async with harness.store.transaction() as tx:
             assert tx.reply_permission("per_1", "reject", None)
-            settlement.sweep(
-                tx, "ses_1", "turn_1", Declined.by_permission("c1.1"), tools=harness.runtime.tools
-            )
+            settlement.sweep(tx, "ses_1", "turn_1", Declined.by_permission("c1.1"), tools=harness.turn.tools)
         assert _settled(harness) == [
             ("form.revoked", "frm_1"),
             ("session.tool.failed", ("c1.1", "declined")),
@@ -177,7 +175,7 @@ async def test_recovery_never_restores_a_call_that_had_finished(tmp_path: Path) 
             tx.settle_tool_call("ses_1", "c2", output={"q": "yes"})
         harness.events.clear()
         async with harness.store.transaction() as tx:
-            recovered = settlement.recover(tx, "ses_1", "turn_1", tools=harness.runtime.tools)
+            recovered = settlement.recover(tx, "ses_1", "turn_1", tools=harness.turn.tools)
         assert (recovered.restorable, recovered.sub_agents) == ([], [])
         assert _settled(harness) == [
             ("permission.revoked", "per_1"),
@@ -200,7 +198,7 @@ async def test_a_failed_step_settles_after_every_call_it_left_unsettled(tmp_path
         harness.events.clear()
         async with harness.store.transaction() as tx:
             settlement.fail_step(
-                tx, "ses_1", "turn_1", "step_1", Interrupt.by_person("api"), tools=harness.runtime.tools
+                tx, "ses_1", "turn_1", "step_1", Interrupt.by_person("api"), tools=harness.turn.tools
             )
         assert _settled(harness) == [
             ("session.tool.failed", ("c1.1", "interrupted")),

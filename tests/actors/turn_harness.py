@@ -21,6 +21,7 @@ from coordinator.store import Store, open_store
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import Tool
 from coordinator.tools.registry import build_tools
+from coordinator.tools.table import ToolTable
 
 AT = "2026-12-03T00:00:00.000Z"
 OWNER = "inst_here"
@@ -77,7 +78,7 @@ async def open_harness(
             bus=Bus(store, store.read.last_seq()),
             config=config,
             model=ScriptedModel.from_json([{"text": "done"}]),
-            tools=build_tools(config) if tools is None else tools,
+            tools=ToolTable(build_tools(config) if tools is None else tools),
             instance_id=OWNER,
             workdir=tmp_path,
         )
