@@ -158,19 +158,33 @@ class Runtime:
         return f"Runtime(instance_id={self.instance_id!r}, turns={len(self.turns)}, closing={self.closing})"
 
 
+@attrs.frozen
+class Turn:
+    """Who a running turn is, for its whole run: its ids, the claim its writes are fenced by (the
+    instance that holds it and the claim's epoch), and the handle that stops it."""
+
+    session_id: str
+    turn_id: str
+    owner: str  # the instance id holding the session's claim
+    epoch: int
+    handle: ActorHandle
+
+    @property
+    def fence(self) -> Fence:
+        """This turn's claim as every one of its writes must find it held."""
+        return (self.session_id, self.owner, self.epoch)
+
+
 @attrs.define(kw_only=True, eq=False)
 class TurnScope:
-    """One running turn: who it is (its ids, its claim's epoch, its handle: set once), its writes
-    (``journal``), its waits on people (``waits``), and what its actors share while it runs.
+    """One running turn: who it is (``identity``), its writes (``journal``), its waits on people
+    (``waits``), and what its actors share while it runs.
 
     Registered in ``Runtime.turns`` while it runs, so the reply and interrupt paths can stop it.
     """
 
     runtime: Runtime = attrs.field(repr=False)  # reprs stay a line (``Runtime``)
-    session_id: str = attrs.field(on_setattr=attrs.setters.frozen)
-    turn_id: str = attrs.field(on_setattr=attrs.setters.frozen)
-    epoch: int = attrs.field(on_setattr=attrs.setters.frozen)
-    handle: ActorHandle = attrs.field(on_setattr=attrs.setters.frozen)
+    identity: Turn = attrs.field(on_setattr=attrs.setters.frozen)
     journal: Journal = attrs.field(
         init=False, repr=False, default=attrs.Factory(lambda self: self._new_journal(), takes_self=True)
     )
@@ -186,8 +200,33 @@ class TurnScope:
     background: trio.Nursery | None = attrs.field(default=None, repr=False)
     settling: bool = False
 
+    @classmethod
+    def of_claimed(cls, runtime: Runtime, session_id: str, turn_id: str, epoch: int) -> TurnScope:
+        """The scope of a turn whose session's claim this runtime just took at ``epoch``."""
+        handle = ActorHandle(kind="turn", id=turn_id)
+        identity = Turn(
+            session_id=session_id, turn_id=turn_id, owner=runtime.instance_id, epoch=epoch, handle=handle
+        )
+        return cls(runtime=runtime, identity=identity)
+
     def _new_journal(self) -> Journal:
-        return Journal(store=self.runtime.store, fence=self.fence, handle=self.handle)
+        return Journal(store=self.runtime.store, fence=self.identity.fence, handle=self.identity.handle)
+
+    @property
+    def session_id(self) -> str:
+        return self.identity.session_id
+
+    @property
+    def turn_id(self) -> str:
+        return self.identity.turn_id
+
+    @property
+    def epoch(self) -> int:
+        return self.identity.epoch
+
+    @property
+    def handle(self) -> ActorHandle:
+        return self.identity.handle
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -197,7 +236,7 @@ class TurnScope:
     @property
     def fence(self) -> Fence:
         """This turn's claim as every one of its writes must find it held."""
-        return (self.session_id, self.runtime.instance_id, self.epoch)
+        return self.identity.fence
 
     @property
     def stopping(self) -> bool:

@@ -24,7 +24,6 @@ import trio
 from coordinator import events
 from coordinator.actors import settlement, step, stops, tool_call
 from coordinator.actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
-from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
@@ -151,11 +150,7 @@ async def _begin(
     if begun is None:
         return None
     turn, epoch = begun
-    handle = ActorHandle(kind="turn", id=turn.id)
-    scope = TurnScope(
-        runtime=runtime, session_id=turn.session_id, turn_id=turn.id, epoch=epoch, handle=handle
-    )
-    return scope, turn
+    return TurnScope.of_claimed(runtime, turn.session_id, turn.id, epoch), turn
 
 
 def _claim(

@@ -161,13 +161,7 @@ async def _take_over(runtime: Runtime, sub_turn: TurnRow) -> tuple[TurnScope, Tu
 
 
 def _scope(runtime: Runtime, row: TurnRow, epoch: int) -> TurnScope:
-    return TurnScope(
-        runtime=runtime,
-        session_id=row.session_id,
-        turn_id=row.id,
-        epoch=epoch,
-        handle=ActorHandle(kind="turn", id=row.id),
-    )
+    return TurnScope.of_claimed(runtime, row.session_id, row.id, epoch)
 
 
 async def _run_inside(

@@ -12,7 +12,6 @@ from typing import Any
 import attrs
 
 from coordinator.actors.context import Runtime, TurnScope
-from coordinator.actors.handle import ActorHandle
 from coordinator.bus import Bus
 from coordinator.config import Config
 from coordinator.events import Event
@@ -84,13 +83,7 @@ async def open_harness(
         )
         claim = store.read.get_claim("ses_1")
         assert claim is not None
-        turn = TurnScope(
-            runtime=runtime,
-            session_id="ses_1",
-            turn_id="turn_1",
-            epoch=claim.epoch,
-            handle=ActorHandle(kind="turn", id="turn_1"),
-        )
+        turn = TurnScope.of_claimed(runtime, "ses_1", "turn_1", claim.epoch)
         yield Harness(runtime=runtime, turn=turn, events=committed)
 
 
