@@ -15,10 +15,10 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import quote
 
+import anyio
 import attrs
 import httpx
 import structlog
-import trio
 
 from coordinator import errors, wire
 from coordinator.records import Form, Message, Node, PermissionRequest, Session
@@ -51,7 +51,7 @@ class CoordinatorClient:
     ) -> None:
         http, self._http = self._http, None
         if http is not None:
-            with trio.move_on_after(5, shield=True):
+            with anyio.move_on_after(5, shield=True):
                 await http.aclose()
 
     def _client(self) -> httpx.AsyncClient:
@@ -198,7 +198,7 @@ class CoordinatorClient:
                 if not follow:
                     raise
                 log.info("event_stream_dropped", error=repr(exc), after=last)
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX)
 
     async def _stream_once(

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.client",
         ),
     ),
-    ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator")),
+    ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator", "coordinator.aio")),
     (
         "runtime",
         ("coordinator.registry", "coordinator.decisions", "coordinator.retention", "coordinator.claims"),
