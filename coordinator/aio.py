@@ -390,7 +390,8 @@ async def open_coordinator(
         coordinator = await opened
     except BaseException:
         guest.leave()
-        await _shut_down(guest, raise_failure=False)
+        # asyncio's cancellation is delivered once, and _shut_down shields its wait: this await ends.
+        await _shut_down(guest, raise_failure=False)  # noqa: ASYNC102
         raise
     task = asyncio.current_task()
     with _sigterm_cancels(loop, task):
@@ -398,7 +399,7 @@ async def open_coordinator(
             yield AioCoordinator(guest, coordinator)
         except BaseException:
             guest.leave()
-            await _shut_down(guest, raise_failure=False)
+            await _shut_down(guest, raise_failure=False)  # noqa: ASYNC102 (as above)
             raise
         guest.leave()
         await _shut_down(guest, raise_failure=True)
@@ -411,7 +412,7 @@ async def _shut_down(guest: _Guest, *, raise_failure: bool) -> None:
     while not guest.done.done():
         try:
             await asyncio.shield(guest.done)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # noqa: ASYNC103 (re-raised below, once the shutdown is over)
             cancelled = True
     result = guest.done.result()
     if raise_failure:
