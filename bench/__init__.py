@@ -33,6 +33,7 @@ GROUPS = (
     "peer",
     "processes",
     "instructions",
+    "aio",
 )
 
 
@@ -105,6 +106,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
     # ``python -m bench.scale`` (a child process) imports this package first, and must not find its
     # own module imported already: the workloads are imported here, not at the top.
     from bench import (
+        aio,
         baseline,
         history,
         http_api,
@@ -162,5 +164,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await instructions.measure_instructions(workdir, sizes))
         elif group == "peer":
             figures.update(await peer.measure_peer(workdir, sizes))
+        elif group == "aio":
+            figures.update(await aio.measure_aio(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

@@ -1,0 +1,147 @@
+"""The coordinator inside an asyncio program (``coordinator.aio``): what it costs a turn, and how long
+it may keep the host's loop from running its own work.
+
+- ``aio_turn_cpu_ms``: CPU a sequential turn (FULL) through ``coordinator.aio`` under ``asyncio.run``,
+  against ``aio_trio_turn_cpu_ms``, the same workload through the trio API measured in the same group
+  (``aio_turn_cpu_ratio``: the first over the second).
+- ``aio_loop_lag_ms_p99``: while ``concurrent_sessions`` sessions run ``concurrent_turns`` turns each
+  through ``coordinator.aio``, a task of the host loop asks for a 1 ms sleep again and again; the
+  figure is the 99th percentile of how late each wake-up came (the longest stretch trio's guest run
+  held the loop, plus asyncio's own delay).
+
+The asyncio program runs in a thread of its own (``asyncio.run`` cannot run inside the bench's trio
+run); the bench's trio thread waits meanwhile, so the process's CPU time is the asyncio program's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import trio
+
+from bench.harness import Sizes, bench_config, cpu_seconds, median, p99, tool_then_text_script
+from bench.turns import run_turn, watched_coordinator
+from coordinator.aio import AioCoordinator, open_coordinator
+from coordinator.events import Event
+from coordinator.models.scripted import ScriptedModel
+
+LAG_PROBE_SECONDS = 0.001
+
+
+async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
+    per_session = max(sizes.turns_per_session, sizes.concurrent_turns)
+    trio_cpu = await _trio_turn_cpu(workdir, sizes, per_session)
+    aio_cpu, lag = await trio.to_thread.run_sync(
+        lambda: asyncio.run(_aio_figures(workdir, sizes, per_session)), abandon_on_cancel=False
+    )
+    return {
+        "aio_turn_cpu_ms": aio_cpu * 1000,
+        "aio_trio_turn_cpu_ms": trio_cpu * 1000,
+        "aio_turn_cpu_ratio": aio_cpu / trio_cpu,
+        "aio_loop_lag_ms_p99": p99(lag) * 1000,
+        "aio_loop_lag_ms_max": max(lag) * 1000,
+    }
+
+
+async def _trio_turn_cpu(workdir: Path, sizes: Sizes, per_session: int) -> float:
+    """CPU seconds a sequential turn through the trio API (median of ``repeats``)."""
+    cpu = []
+    async with watched_coordinator(workdir, "aio-trio.sqlite", "full", tool_then_text_script(per_session)) as (
+        coordinator,
+        watcher,
+    ):
+        warm_up = await coordinator.create_session("warm-up")
+        for _ in range(sizes.turns_per_session):
+            await run_turn(coordinator, watcher, warm_up.id)
+        for _ in range(sizes.repeats):
+            sessions = [await coordinator.create_session("bench") for _ in range(_sessions(sizes))]
+            started = cpu_seconds()
+            for index in range(sizes.turns):
+                await run_turn(coordinator, watcher, sessions[index // sizes.turns_per_session].id)
+            cpu.append((cpu_seconds() - started) / sizes.turns)
+    return median(cpu)
+
+
+def _sessions(sizes: Sizes) -> int:
+    return -(-sizes.turns // sizes.turns_per_session)
+
+
+class _Idle:
+    """Every turn's ``session.idle``, read by a task of the host loop from one subscription."""
+
+    def __init__(self) -> None:
+        self.idle: dict[str, Event] = {}
+        self._waiters: dict[str, asyncio.Event] = {}
+
+    async def follow(self, coordinator: AioCoordinator, after: int) -> None:
+        async for event in coordinator.subscribe(after=after):
+            if event.type == "session.idle":
+                turn_id = str(event.payload["turn_id"])
+                self.idle[turn_id] = event
+                waiter = self._waiters.pop(turn_id, None)
+                if waiter is not None:
+                    waiter.set()
+
+    async def turn(self, coordinator: AioCoordinator, session_id: str) -> None:
+        turn_id = await coordinator.prompt(session_id, "go")
+        while turn_id not in self.idle:
+            await self._waiters.setdefault(turn_id, asyncio.Event()).wait()
+        if self.idle[turn_id].payload["outcome"] != "succeeded":
+            raise RuntimeError(f"a benchmark turn ended {self.idle[turn_id].payload['outcome']}")
+
+
+async def _aio_figures(workdir: Path, sizes: Sizes, per_session: int) -> tuple[float, list[float]]:
+    config = bench_config(workdir, "aio.sqlite")
+    model = ScriptedModel.from_json(tool_then_text_script(per_session))
+    async with open_coordinator(config, model=model, synchronous="full") as coordinator:
+        idle = _Idle()
+        following = asyncio.create_task(idle.follow(coordinator, coordinator.published_seq))
+        try:
+            cpu = await _aio_turn_cpu(coordinator, idle, sizes)
+            lag = await _loop_lag(coordinator, idle, sizes)
+        finally:
+            await coordinator.shutdown()
+            await following
+    return cpu, lag
+
+
+async def _aio_turn_cpu(coordinator: AioCoordinator, idle: _Idle, sizes: Sizes) -> float:
+    warm_up = await coordinator.create_session("warm-up")
+    for _ in range(sizes.turns_per_session):
+        await idle.turn(coordinator, warm_up.id)
+    cpu = []
+    for _ in range(sizes.repeats):
+        sessions = [await coordinator.create_session("bench") for _ in range(_sessions(sizes))]
+        started = cpu_seconds()
+        for index in range(sizes.turns):
+            await idle.turn(coordinator, sessions[index // sizes.turns_per_session].id)
+        cpu.append((cpu_seconds() - started) / sizes.turns)
+    return median(cpu)
+
+
+async def _loop_lag(coordinator: AioCoordinator, idle: _Idle, sizes: Sizes) -> list[float]:
+    """How late each 1 ms sleep of a probe task woke while the concurrent sessions ran."""
+    sessions = [await coordinator.create_session("bench") for _ in range(sizes.concurrent_sessions)]
+    lateness: list[float] = []
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            asked = time.perf_counter()
+            await asyncio.sleep(LAG_PROBE_SECONDS)
+            lateness.append(max(0.0, time.perf_counter() - asked - LAG_PROBE_SECONDS))
+
+    async def one_session(session_id: str) -> None:
+        for _ in range(sizes.concurrent_turns):
+            await idle.turn(coordinator, session_id)
+
+    probing = asyncio.create_task(probe())
+    try:
+        await asyncio.gather(*(one_session(session.id) for session in sessions))
+    finally:
+        done.set()
+        await probing
+    return lateness
+
