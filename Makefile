@@ -28,8 +28,8 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check coordinator tests
-	$(BIN)/ruff check coordinator tests
+	$(BIN)/ruff format --check coordinator tests examples
+	$(BIN)/ruff check coordinator tests examples
 	$(BIN)/mypy
 	@# The 100s (cancellation and cleanup) and 200s (blocking calls). Not adopted: ASYNC124 (ASGI
 	@# endpoints must be async), ASYNC127 (asks for httpx2; the stack is httpx), the 900s.
@@ -37,8 +37,8 @@ lint: $(STAMP)
 		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py')
 
 fmt: $(STAMP)
-	$(BIN)/ruff format coordinator tests
-	$(BIN)/ruff check --fix coordinator tests
+	$(BIN)/ruff format coordinator tests examples
+	$(BIN)/ruff check --fix coordinator tests examples
 
 # 10,000 in-process runs on every core, then ten rounds against a real server (see design/chaos.md).
 chaos: $(STAMP)

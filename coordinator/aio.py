@@ -391,7 +391,7 @@ async def open_coordinator(
     except BaseException:
         guest.leave()
         # asyncio's cancellation is delivered once, and _shut_down shields its wait: this await ends.
-        await _shut_down(guest, raise_failure=False)  # noqa: ASYNC102
+        await _shut_down(guest, raise_failure=False)
         raise
     task = asyncio.current_task()
     with _sigterm_cancels(loop, task):
@@ -399,7 +399,7 @@ async def open_coordinator(
             yield AioCoordinator(guest, coordinator)
         except BaseException:
             guest.leave()
-            await _shut_down(guest, raise_failure=False)  # noqa: ASYNC102 (as above)
+            await _shut_down(guest, raise_failure=False)
             raise
         guest.leave()
         await _shut_down(guest, raise_failure=True)
@@ -412,7 +412,7 @@ async def _shut_down(guest: _Guest, *, raise_failure: bool) -> None:
     while not guest.done.done():
         try:
             await asyncio.shield(guest.done)
-        except asyncio.CancelledError:  # noqa: ASYNC103 (re-raised below, once the shutdown is over)
+        except asyncio.CancelledError:
             cancelled = True
     result = guest.done.result()
     if raise_failure:
@@ -437,4 +437,3 @@ def _sigterm_cancels(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | 
         yield
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
