@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from coordinator import claims, errors, retention
+from coordinator import claims, errors, orphans, retention
 from coordinator._coordinator import Coordinator
 from coordinator.actors import session
 from coordinator.actors.context import Runtime
@@ -102,6 +102,10 @@ async def open_coordinator(
                 finally:
                     with trio.move_on_after(resolved.server.shutdown_grace + 1, shield=True):
                         await coordinator.shutdown()
+                    # What a cleanup that ran out of time left running: this instance's groups still
+                    # recorded once its actors ended.
+                    with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):
+                        await orphans.kill_own(store, instance.id)
                     with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):
                         await store.write(lambda tx: tx.mark_instance_stopped(instance.id))
                     claims.LIVE_IN_THIS_PROCESS.discard(instance.id)

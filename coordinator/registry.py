@@ -8,12 +8,12 @@ import attrs
 import structlog
 import trio
 
-from coordinator import decisions
-from coordinator.actors import session, settlement, stops
+from coordinator import decisions, orphans
+from coordinator.actors import session, stops
 from coordinator.actors.context import Runtime, Takeover
 from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
-from coordinator.statuses import CallStatus, TurnStatus
+from coordinator.statuses import TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
@@ -63,9 +63,11 @@ class Registry:
         With ``[server] resume = "manual"`` a suspended or crashed turn is parked instead (it stays
         suspended until ``resume`` or an interrupt), and a parked turn is left parked whatever the
         policy; a stop decided before the crash is settled either way. Returns the session ids started.
-        A turn whose owner is alive (another process) is left alone.
+        A turn whose owner is alive (another process) is left alone. The process groups dead owners
+        left are killed first, before any of their turns resumes or is parked.
         """
         found = await self._runtime.store.read(functools.partial(_recovery_view, me=liveness.me.id))
+        await orphans.kill_left(self._runtime.store, liveness, found.groups, found.now)
         manual = self._runtime.config.server.resume == "manual"
         started: list[str] = []
         for turn, claim, owner in found.unfinished:
@@ -96,8 +98,8 @@ class Registry:
 
     async def _park(self, turn: TurnRow, takeover: Takeover) -> None:
         """Leave ``turn`` suspended for a manual resume, in one transaction: a crashed turn's claim,
-        held by its dead owner, becomes suspended (compare-and-set), and the processes its running
-        calls started are killed, since no one watches them now (a resume fails those calls)."""
+        held by its dead owner, becomes suspended (compare-and-set). The processes its running calls
+        started were killed just before, with every group its dead owner left (``recover``)."""
         if await self._runtime.store.write(lambda tx: _park_in(tx, turn, takeover)):
             log.info("turn_parked", session_id=turn.session_id, turn_id=turn.id, after=takeover.after)
 
@@ -188,9 +190,11 @@ class Registry:
 @attrs.frozen
 class _RecoveryView:
     """What a recovery reads, in one read: each unfinished turn with its claim and owner, the turns
-    parked or asked to resume, and the sessions with a queued turn and no claim."""
+    parked or asked to resume, the sessions with a queued turn and no claim, and the process groups
+    other instances recorded, with their owners."""
 
     unfinished: list[tuple[TurnRow, ClaimRow | None, InstanceRow | None]]
+    groups: list[orphans.OwnedGroup]
     now: float  # the store's clock, which heartbeats are judged by
     parked: set[str]
     asked: set[str]  # by a resume whose instance died before its takeover
@@ -201,6 +205,7 @@ def _recovery_view(reader: Reader, me: str) -> _RecoveryView:
     return _RecoveryView(
         # The turns whose claim ``me`` holds are left out: their owner lives (``_takeover_of``).
         unfinished=reader.unfinished_turns_with_owners(me),
+        groups=reader.process_groups_with_owners(me),
         now=reader.clock(),
         parked=reader.parked_turn_ids(),
         asked=reader.resume_asked_turn_ids(),
@@ -223,16 +228,13 @@ def _takeover_of(
 
 
 def _park_in(tx: Transaction, turn: TurnRow, takeover: Takeover) -> bool:
-    """The parking transaction: True when the turn was parked (its claim suspended if it crashed,
-    and the process groups its running calls left killed, since no one watches them now)."""
+    """The parking transaction: True when the turn was parked (its claim suspended if it crashed)."""
     tx.hold_session(turn.session_id)  # what it reads, no fenced write changes before its commit
     current = tx.get_turn(turn.id)
     if current is None or current.status not in (TurnStatus.RUNNING, TurnStatus.SUSPENDED):
         return False
-    if current.status == TurnStatus.RUNNING:
-        if not tx.suspend_dead_claim(turn.session_id, takeover.previous_owner):
-            return False  # another instance took it over meanwhile
-        for call in tx.tool_calls_of_turn(turn.id):
-            if call.status == CallStatus.RUNNING:
-                settlement.kill_left_process_group(tx, call)
+    if current.status == TurnStatus.RUNNING and not tx.suspend_dead_claim(
+        turn.session_id, takeover.previous_owner
+    ):
+        return False  # another instance took it over meanwhile
     return tx.park_turn(turn.id)

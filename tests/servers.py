@@ -29,6 +29,7 @@ import trio
 from coordinator.client import CoordinatorClient
 from coordinator.records import Session
 from coordinator.store import open_read_view
+from coordinator.store.rows import ProcessGroupRow
 from tests.coordinator.server.harness import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -315,7 +316,14 @@ async def recorded_process_group(db: Path | str, session_id: str, call_id: str, 
         # Another process writes it: there is nothing to wait on but the database itself.
         while (group := reader.process_group_of(session_id, call_id)) is None:  # noqa: ASYNC110
             await trio.sleep(POLL)
-    return int(group["pgid"])
+    return group.pgid
+
+
+def process_group_record(db: Path | str, session_id: str, call_id: str) -> ProcessGroupRow | None:
+    """The record of the process group a call's tool started, as the database has it now: gone once
+    the group was reaped, or killed by the start after a crash."""
+    with open_read_view(str(db)) as reader:
+        return reader.process_group_of(session_id, call_id)
 
 
 def group_gone(pgid: int) -> bool:

@@ -34,7 +34,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator", "coordinator.aio")),
     (
         "runtime",
-        ("coordinator.registry", "coordinator.decisions", "coordinator.retention", "coordinator.claims"),
+        (
+            "coordinator.registry",
+            "coordinator.decisions",
+            "coordinator.retention",
+            "coordinator.orphans",
+            "coordinator.claims",
+        ),
     ),
     ("actors", ("coordinator.actors",)),
     (

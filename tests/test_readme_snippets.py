@@ -27,7 +27,9 @@ def snippet(imports: str) -> str:
     return block
 
 
-@pytest.mark.parametrize("imports", ["from coordinator import open_coordinator", "from coordinator.aio import"])
+@pytest.mark.parametrize(
+    "imports", ["from coordinator import open_coordinator", "from coordinator.aio import"]
+)
 def test_the_embedding_snippet_runs_as_printed_and_again(imports: str, tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text(snippet(imports))
     outputs = []

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import structlog
 
 from coordinator import events, wire
 from coordinator.actors import stops
@@ -26,9 +25,6 @@ from coordinator.records import NestedCall, Partial, PermissionRequest, ToolErro
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import Tool, capabilities_of
-from coordinator.tools.process import ProcessGroup
-
-log = structlog.get_logger()
 
 # A finished nested call's output in a partial result and in progress events is a preview of at most
 # this many characters (of its JSON); the full output stays in the store, on the nested call's row.
@@ -160,7 +156,6 @@ def fail_calls(
     """
     partials = {call.call_id: stored_partial(tx, call, tools) for call in calls}
     for call in children_first(calls):
-        kill_left_process_group(tx, call)
         revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
         failure = error or ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
         settle_call(tx, call, tools=tools, error=failure, partial=partials[call.call_id], stopped_for=reason)
@@ -192,16 +187,6 @@ def stored_partial(tx: Transaction, call: ToolCallRow, tools: Mapping[str, Tool]
 
 def _error_body(error: ToolError | None) -> Any:
     return None if error is None else wire.unstructure(error)
-
-
-def kill_left_process_group(tx: Transaction, call: ToolCallRow) -> None:
-    """Kill what a call's tool started if its coordinator died before it could (same boot only)."""
-    recorded = tx.process_group_of(call.session_id, call.call_id)
-    if recorded is None:
-        return
-    group: ProcessGroup = wire.structure(recorded, ProcessGroup)
-    if group.kill_if_left():
-        log.warning("orphaned_process_group_killed", call_id=call.call_id, pgid=group.pgid)
 
 
 def children_first(calls: list[ToolCallRow]) -> list[ToolCallRow]:

@@ -23,7 +23,7 @@ from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools import execute_script
 from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
-from coordinator.tools.process import ProcessGroup
+from coordinator.tools.process_group import GroupOwner, StoredGroups
 
 
 class CallRunner(Protocol):
@@ -44,7 +44,7 @@ def build_context(
     It offers the services the tool's ``capabilities`` call for: a script's run (``coordinator/tools/execute_script.py``),
     its nested calls (each run by ``run_nested``: a tool-call actor under this one) and its log lines
     to a tool that ``runs_nested_calls``; a sub-agent's turn to one that ``runs_sub_agent`` (where the
-    runtime runs sub-agents); forms and progress to any.
+    runtime runs sub-agents); forms, progress and the records of its process groups to any.
     """
     context = ToolContext(
         session_id=turn.session_id,
@@ -59,7 +59,8 @@ def build_context(
     # A stop reaches the tool through its run's handle: the turn's reason, or its own deadline's.
     context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
-    context.record_process_group = services.record_process_group
+    owner = GroupOwner(instance_id=turn.runtime.instance_id, session_id=turn.session_id, call_id=call.call_id)
+    context.process_groups = StoredGroups(turn.runtime.store, owner)
     if turn.runtime.lives is not None:
         context.keep_for_session = functools.partial(turn.runtime.lives.keep, turn.session_id)
     if capabilities.runs_sub_agent and turn.runtime.run_turn is not None:
@@ -144,10 +145,6 @@ class _Services:
         self.context.logs.append(line)
         logged = events.tool_progress_log(self.turn.session_id, self.call.call_id, line)
         await self.turn.journal.write(lambda tx: tx.emit(logged))
-
-    async def record_process_group(self, group: ProcessGroup) -> None:
-        session_id, call_id = self.turn.session_id, self.call.call_id
-        await self.turn.journal.write(lambda tx: tx.set_process_group(session_id, call_id, group))
 
 
 async def _start_nested(

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from coordinator.events import Event
 from coordinator.records import Form, Message, Node, PermissionRequest, Rule, Session
-from coordinator.store.rows import ClaimRow, InstanceRow, StoredMessage, ToolCallRow, TurnRow, WaitRow
+from coordinator.store.rows import (
+    ClaimRow,
+    InstanceRow,
+    ProcessGroupRow,
+    StoredMessage,
+    ToolCallRow,
+    TurnRow,
+    WaitRow,
+)
 
 
 class Reader(Protocol):
@@ -109,7 +117,20 @@ class Reader(Protocol):
         ...
 
     def tool_started(self, session_id: str, call_id: str) -> bool: ...
-    def process_group_of(self, session_id: str, call_id: str) -> Any: ...
+
+    # process groups
+    def process_group_of(self, session_id: str, call_id: str) -> ProcessGroupRow | None:
+        """The process group the call's tool recorded and has not reaped yet (its first), if any."""
+        ...
+
+    def process_groups_of(self, owner: str) -> list[ProcessGroupRow]:
+        """The process groups instance ``owner`` recorded and has not reaped yet."""
+        ...
+
+    def process_groups_with_owners(self, me: str) -> list[tuple[ProcessGroupRow, InstanceRow | None]]:
+        """The recorded process groups of every instance but ``me``, each with its owner (None when
+        the store has no such instance): what a start and the watch judge by the owner's liveness."""
+        ...
 
     # claims and instances
     def get_claim(self, session_id: str) -> ClaimRow | None: ...

@@ -16,6 +16,7 @@ from coordinator.events import Event
 from coordinator.reasons import ParentLink
 from coordinator.records import ClaimView, Node, Session
 from coordinator.store import api
+from coordinator.store._process_groups import ProcessGroupReads
 from coordinator.store._turn_reads import TurnReads
 from coordinator.store._wait_reads import WaitReads
 from coordinator.store.rows import CLAIM_ROW, INSTANCE_ROW, ClaimRow, InstanceRow
@@ -50,11 +51,11 @@ def _session(row: tuple[Any, ...]) -> Session:
     )
 
 
-class SqlReader(TurnReads, WaitReads, api.Reader):
+class SqlReader(TurnReads, WaitReads, ProcessGroupReads, api.Reader):
     """Every read of every table. Outside a transaction each statement sees what is committed.
 
     Sessions, claims, instances and events are read here; turns and what runs in them in
-    ``TurnReads``, the waits in ``WaitReads``.
+    ``TurnReads``, the waits in ``WaitReads``, the recorded process groups in ``ProcessGroupReads``.
     """
 
     # sessions -------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from coordinator.records import Message
@@ -192,9 +191,3 @@ class TurnReads(SqlReads):
             "SELECT tool_started FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
         )
         return row is not None and bool(row[0])
-
-    def process_group_of(self, session_id: str, call_id: str) -> Any:
-        row = self._one(
-            "SELECT process_group FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
-        )
-        return None if row is None or row[0] is None else json.loads(row[0])

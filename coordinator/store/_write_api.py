@@ -9,7 +9,7 @@ from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
 from coordinator.store._deletion import PruneBatch
 from coordinator.store._read_api import Reader
-from coordinator.store.rows import InstanceRow, ToolCallRow
+from coordinator.store.rows import InstanceRow, ProcessGroupRow, ToolCallRow
 
 
 class Transaction(Reader, Protocol):
@@ -91,9 +91,19 @@ class Transaction(Reader, Protocol):
         """Settle a running call as succeeded (no ``error``) or failed. False if already settled."""
         ...
 
-    def set_process_group(self, session_id: str, call_id: str, group: Any) -> None: ...
     def mark_tool_started(self, session_id: str, call_id: str) -> None: ...
     def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None: ...
+
+    # process groups
+    def record_process_group(self, group: ProcessGroupRow, created_at: str) -> None:
+        """Record a process group just started, before anyone uses it: if its owner dies, a later
+        start finds it here and kills it."""
+        ...
+
+    def forget_process_groups(self, groups: list[ProcessGroupRow]) -> int:
+        """Delete the records of ``groups`` (each named by its boot id, pgid and start), dead and
+        reaped or killed; returns how many there were."""
+        ...
 
     # claims and instances
     def hold_session(self, session_id: str) -> None:

@@ -14,6 +14,7 @@ from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolErro
 from coordinator.statuses import CallStatus, Parked, State, StepStatus, TurnStatus
 from coordinator.store import api
 from coordinator.store._deletion import PruneBatch, delete_session, prune_events
+from coordinator.store._process_groups import ProcessGroupWrites
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
 from coordinator.store._sql import Connection
@@ -37,7 +38,7 @@ _SUCCEEDABLE_STEP = _sql_states(StepStatus.SUCCEEDED, StepStatus.RUNNING)
 _SETTLEABLE_CALL = _sql_states(CallStatus.SUCCEEDED, CallStatus.RUNNING)
 
 
-class SqlTransaction(SqlReader, api.Transaction):
+class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
     """An open write transaction: its reads see its own writes; its events are kept in ``events``
     for the backend to hand over once the commit succeeded."""
 
@@ -240,12 +241,6 @@ class SqlTransaction(SqlReader, api.Transaction):
             ),
         )
         return changed == 1
-
-    def set_process_group(self, session_id: str, call_id: str, group: Any) -> None:
-        self._run(
-            "UPDATE tool_calls SET process_group = ? WHERE session_id = ? AND call_id = ?",
-            (dump_json(group), session_id, call_id),
-        )
 
     def mark_tool_started(self, session_id: str, call_id: str) -> None:
         self._run(

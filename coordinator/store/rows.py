@@ -89,6 +89,22 @@ class InstanceRow:
 
 
 @attrs.frozen(kw_only=True)
+class ProcessGroupRow:
+    """A process group a coordinator instance started and has not yet reaped: what a later start
+    needs to kill it if that instance dies first, and what it belongs to (a tool call, or a label
+    such as a server's name)."""
+
+    pgid: int
+    # The leader's start time, in clock ticks after boot: with ``boot_id``, tells a reused pid apart.
+    started: int
+    boot_id: str
+    owner: str  # the instance that started it
+    session_id: str | None = None
+    call_id: str | None = None
+    label: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class WaitRow:
     """What a permission request or a form needs beyond its wire record: turn, deadline, message."""
 
@@ -102,5 +118,6 @@ TOOL_CALL_ROW = mapper(ToolCallRow)
 CLAIM_ROW = mapper(ClaimRow)
 INSTANCE_ROW = mapper(InstanceRow)
 WAIT_ROW = mapper(WaitRow)
+PROCESS_GROUP_ROW = mapper(ProcessGroupRow)
 PERMISSION_ROW = mapper(PermissionRequest)
 FORM_ROW = mapper(Form)

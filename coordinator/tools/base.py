@@ -13,6 +13,7 @@ import trio
 from coordinator.models.base import ToolSpec
 from coordinator.reasons import StopReason
 from coordinator.records import NestedCall, Question, ToolError
+from coordinator.tools.process_group import GroupRecords
 
 
 @attrs.frozen
@@ -104,9 +105,9 @@ class ToolContext:
     open_form: FormOpener | None = None
     run_task: TaskRunner | None = None
     run_script: ScriptRunner | None = None
-    # Records a process group the tool started, durably, so that a later start can kill it if this
-    # coordinator dies first (``coordinator/tools/process.py::ProcessGroup``).
-    record_process_group: Callable[[Any], Awaitable[None]] | None = None
+    # Where the process groups the tool starts are recorded while they run, owned by this call, so
+    # that a later start kills them if this coordinator dies first (``open_process_group``).
+    process_groups: GroupRecords | None = None
     # Keeps a resource for the session's turns beyond this call, opened once (``SessionKeeper``).
     keep_for_session: SessionKeeper | None = None
     # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells

@@ -15,7 +15,8 @@ Limits (the output limits are in ``coordinator.tools.execute``, with the tool's 
 - A message from the runner (a nested call's input, the return value) is at most
   ``MAX_MESSAGE_BYTES``; a longer one fails the call.
 - A stop kills the process group: SIGTERM, ``TERM_GRACE`` seconds, SIGKILL, then reaps the runner;
-  the cleanup is bounded (``REAP_SECONDS``, ``DRAIN_SECONDS``, ``FLUSH_SECONDS``).
+  the cleanup is bounded (``REAP_SECONDS``, ``DRAIN_SECONDS``, ``FLUSH_SECONDS``). The group is
+  recorded in the store while it runs (``open_process_group``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from coordinator.tools.execute import (
     LineSplitter,
     LogCollector,
 )
-from coordinator.tools.process import DRAIN_SECONDS, REAP_SECONDS, signal_group, terminate_group
+from coordinator.tools.process import DRAIN_SECONDS
+from coordinator.tools.process_group import REAP_SECONDS, open_process_group, signal_group, terminate_group
 
 log = structlog.get_logger()
 
@@ -128,40 +130,43 @@ async def run(ctx: ToolContext, code: str) -> dict[str, Any]:
     if ctx.call_nested is None or ctx.write_log is None:
         raise ToolFailure(type="error", message="execute runs only as a top-level tool call")
     term_grace = TERM_GRACE
-    script = await _start(ctx)
-    try:
-        finished = await script.supervise(code, term_grace)
-    except BaseException:
-        with trio.move_on_after(term_grace + REAP_SECONDS + DRAIN_SECONDS + FLUSH_SECONDS, shield=True):
-            # A reaped runner's group was killed at once (``supervise``); its id may be reused since.
-            if script.proc.returncode is None:
-                await terminate_group(script.proc, term_grace)
-            await script.drain()
-        raise
-    finally:
-        with trio.move_on_after(REAP_SECONDS, shield=True):
-            await script.close()
+    async with contextlib.AsyncExitStack() as stack:
+        script = await _start(ctx, stack, term_grace)
+        try:
+            finished = await script.supervise(code, term_grace)
+        except BaseException:
+            with trio.move_on_after(term_grace + REAP_SECONDS + DRAIN_SECONDS + FLUSH_SECONDS, shield=True):
+                # A reaped runner's group was killed at once (``supervise``); its id may be reused since.
+                if script.proc.returncode is None:
+                    await terminate_group(script.proc, term_grace)
+                await script.drain()
+            raise
+        finally:
+            with trio.move_on_after(REAP_SECONDS, shield=True):
+                await script.close()
     if finished.failure is not None:
         raise ToolFailure(type="error", message=finished.failure)
     outcome = ExecuteResult(result=finished.value, logs=list(ctx.logs), calls=list(ctx.calls))
     return dict(wire.unstructure(outcome))
 
 
-async def _start(ctx: ToolContext) -> Script:
-    """Spawn the runner with its end of a fresh socket pair; ours becomes the script's channel."""
+async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack, term_grace: float) -> Script:
+    """Spawn the runner, in a process group ``stack`` kills and forgets on its exit, with its end of a
+    fresh socket pair; ours becomes the script's channel."""
     ours, theirs = socket.socketpair()
     with contextlib.closing(theirs):  # the runner holds its own copy once started
+        runner = open_process_group(
+            [sys.executable, "-I", str(RUNNER_PATH), str(theirs.fileno())],
+            records=ctx.process_groups,
+            cwd=ctx.workdir,
+            env=clean_environment(),
+            pass_fds=(theirs.fileno(),),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            term_grace=term_grace,
+        )
         try:
-            proc = await trio.lowlevel.open_process(
-                [sys.executable, "-I", str(RUNNER_PATH), str(theirs.fileno())],
-                cwd=ctx.workdir,
-                env=clean_environment(),
-                start_new_session=True,
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
+            proc = await stack.enter_async_context(runner)
         except OSError as exc:
             ours.close()
             message = f"execute: cannot start the script runner in {ctx.workdir}: {exc}"

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
-import structlog
 import trio
 
-from coordinator.ids import boot_id as this_boot_id
-
-log = structlog.get_logger()
+from coordinator.tools.process_group import (
+    REAP_SECONDS,
+    TERM_GRACE,
+    GroupRecords,
+    open_process_group,
+    signal_group,
+    terminate_group,
+)
 
 OUTPUT_LIMIT = 32 * 1024
 """Bytes kept of each stream (stdout, stderr): the head; the rest is counted and dropped."""
@@ -22,18 +25,12 @@ OUTPUT_LIMIT = 32 * 1024
 RECENT_LIMIT = 2 * 1024
 """Bytes of the latest output kept for progress reports, whatever the head limit dropped."""
 
-TERM_GRACE = 2.0
-"""Seconds the process gets after SIGTERM to exit before its group is killed with SIGKILL."""
-
 DRAIN_SECONDS = 1.0
 """Seconds to read what is left in the pipes once the group is dead.
 
 A process that left the group (its own ``setsid``) may hold a pipe open forever; past this deadline
 its output is abandoned instead of holding the call open.
 """
-
-REAP_SECONDS = 5.0
-"""Seconds a stop may wait for the SIGKILLed process to be reaped, beyond the grace period."""
 
 _READ_SIZE = 64 * 1024
 
@@ -108,42 +105,6 @@ class ProcessResult:
 OutputCallback = Callable[[ProcessOutput], None]
 
 
-@attrs.frozen
-class ProcessGroup:
-    """A process group as recorded for a later start: its id and its leader's start time (boot ticks)."""
-
-    pgid: int
-    started: int
-    boot_id: str
-
-    @classmethod
-    def of(cls, pgid: int) -> ProcessGroup:
-        return cls(pgid=pgid, started=_start_ticks(pgid) or 0, boot_id=this_boot_id())
-
-    def kill_if_left(self) -> bool:
-        """SIGKILL what is left of the group, unless its id now belongs to another process.
-
-        A group's id is its leader's pid, and a pid is not reused while its group has members; so the
-        id is ours if no process has that pid (only members are left), or if the process with that
-        pid started when our leader did. Never after a reboot (another boot id).
-        """
-        ticks = _start_ticks(self.pgid)
-        if self.boot_id != this_boot_id() or (ticks is not None and ticks != self.started):
-            return False
-        return signal_group(self.pgid, signal.SIGKILL)
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-StartCallback = Callable[[ProcessGroup], Awaitable[None]]
-
-
 async def run_in_process_group(
     argv_or_command: str | Sequence[str],
     *,
@@ -155,7 +116,7 @@ async def run_in_process_group(
     on_output: OutputCallback | None = None,
     output: ProcessOutput | None = None,
     term_grace: float = TERM_GRACE,
-    on_start: StartCallback | None = None,
+    records: GroupRecords | None = None,
 ) -> ProcessResult:
     """Run a process in a new session (its own process group) and wait until it exits.
 
@@ -173,42 +134,52 @@ async def run_in_process_group(
         on_output: called (synchronously, keep it cheap) with the output after every chunk read.
         output: where to capture; pass one in to read what was printed after a stop.
         term_grace: seconds between SIGTERM and SIGKILL on a stop.
-        on_start: awaited with the new process group once it runs, so that the caller can record it
-            durably: a coordinator that dies cannot kill the group, the next start can.
+        records: where the group is recorded while it runs (``open_process_group``), so that a
+            coordinator that dies leaves it for the next start to kill.
 
     **Cancellation:** the process group gets SIGTERM, then SIGKILL after ``term_grace`` seconds if the
-    process has not exited; the process is always reaped and the pipes drained into ``output`` and
-    closed (in a shielded scope with a deadline) before the ``Cancelled`` propagates. The same happens
-    when reading the output raises (for instance ``on_output``).
+    process has not exited; the process is always reaped, the pipes drained into ``output`` and
+    closed, and the record deleted (in shielded scopes with deadlines) before the ``Cancelled``
+    propagates. The same happens when reading the output raises (for instance ``on_output``).
 
     **Raises:** ``OSError`` when the process cannot start (a missing ``cwd`` or program); nothing has
-    run then.
+    run then. ``StoreError`` when the group cannot be recorded (it is killed first).
     """
     if output is None:
         output = ProcessOutput.with_limits(stdout_limit, stderr_limit)
-    proc = await trio.lowlevel.open_process(
+    async with open_process_group(
         argv_or_command,
+        records=records,
         shell=shell,
         cwd=cwd,
         env=env,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )
+        term_grace=term_grace,
+    ) as proc:
+        await _capture(proc, output, on_output, term_grace)
+    assert proc.returncode is not None
+    return ProcessResult(exit_code=proc.returncode, stdout=output.stdout.text(), stderr=output.stderr.text())
+
+
+async def _capture(
+    proc: trio.Process, output: ProcessOutput, on_output: OutputCallback | None, term_grace: float
+) -> None:
+    """Read both pipes until ``proc`` exits, then kill what is left of its group.
+
+    **Cancellation:** SIGTERM as the cancellation reaches the wait for the process, before the pumps
+    unwind (the group dies on the other core meanwhile); then, shielded, the rest of the group's
+    end and the drain of what it printed.
+    """
     # With start_new_session the child leads a new session and group whose id is its pid.
     pgid = proc.pid
     terminating = False  # SIGTERM sent to the group
     try:
-        if on_start is not None:
-            await on_start(ProcessGroup.of(pgid))
         async with trio.open_nursery() as nursery:
             _start_pumps(nursery, proc, output, on_output)
             try:
                 await proc.wait()
             except trio.Cancelled:
-                # The stop reaches the process here, before the pumps unwind: the group dies on the
-                # other core while this process tears the rest of the call down.
                 terminating = signal_group(pgid, signal.SIGTERM)
                 raise
             signal_group(pgid, signal.SIGKILL)
@@ -220,41 +191,6 @@ async def run_in_process_group(
             # No callback here: it could raise inside cleanup and hide the stop's own exception.
             await _drain(proc, output)
         raise
-    finally:
-        with trio.move_on_after(REAP_SECONDS, shield=True):
-            await _close_pipes(proc)
-    assert proc.returncode is not None
-    return ProcessResult(exit_code=proc.returncode, stdout=output.stdout.text(), stderr=output.stderr.text())
-
-
-def signal_group(pgid: int, signum: signal.Signals) -> bool:
-    """Send ``signum`` to process group ``pgid``; false when no process is left in it."""
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return False
-    log.info("process_group_killed", pgid=pgid, signal=signum.name)
-    return True
-
-
-async def terminate_group(proc: trio.Process, term_grace: float, *, terminating: bool = False) -> None:
-    """SIGTERM the group of ``proc`` (unless ``terminating``: sent already), give ``proc``
-    ``term_grace`` seconds to exit, SIGKILL, reap.
-
-    Whatever of the group outlives ``proc`` by the end of the grace period (a grandchild that
-    ignores SIGTERM) is killed with it.
-
-    **Cancellation:** call it in a shielded scope; a cancel may leave the process unreaped.
-
-    **Raises:** nothing of its own.
-    """
-    if not terminating:
-        signal_group(proc.pid, signal.SIGTERM)
-    with trio.move_on_after(term_grace):
-        await proc.wait()
-    signal_group(proc.pid, signal.SIGKILL)
-    if proc.returncode is None:
-        await proc.wait()
 
 
 def _start_pumps(
@@ -282,12 +218,3 @@ async def _drain(proc: trio.Process, output: ProcessOutput) -> None:
     async with trio.open_nursery() as nursery:
         nursery.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
         _start_pumps(nursery, proc, output, None)
-
-
-async def _close_pipes(proc: trio.Process) -> None:
-    for stream in (proc.stdout, proc.stderr):
-        if isinstance(stream, trio.lowlevel.FdStream):
-            stream.close()  # both closed, then one checkpoint: a stop waits for this
-        elif stream is not None:
-            await stream.aclose()
-    await trio.lowlevel.checkpoint()

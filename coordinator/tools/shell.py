@@ -11,12 +11,8 @@ import trio
 from coordinator.errors import ToolFailure
 from coordinator.models.base import ToolSpec
 from coordinator.tools.base import Tool, ToolContext
-from coordinator.tools.process import (
-    OUTPUT_LIMIT,
-    TERM_GRACE,
-    ProcessOutput,
-    run_in_process_group,
-)
+from coordinator.tools.process import OUTPUT_LIMIT, ProcessOutput, run_in_process_group
+from coordinator.tools.process_group import TERM_GRACE
 
 PROGRESS_INTERVAL = 0.5
 """Seconds between two progress reports of a running command (reports ride on output chunks)."""
@@ -108,7 +104,7 @@ async def _run_command(
                 output=output,
                 on_output=reporter,
                 term_grace=term_grace,
-                on_start=ctx.record_process_group,
+                records=ctx.process_groups,
             )
     except OSError as exc:
         raise ToolFailure(

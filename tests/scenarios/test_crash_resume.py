@@ -139,9 +139,10 @@ async def test_a_turn_that_keeps_crashing_is_failed_after_max_resumes(
 
 
 async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(tmp_path: Path) -> None:
-    """A tool's processes outlive a killed coordinator; the next start kills them (same boot)."""
+    """A tool's processes outlive a killed coordinator; the next start kills them (same boot) before it
+    resumes the turn, and deletes their record."""
     from coordinator.store import open_store
-    from coordinator.tools.process import ProcessGroup
+    from coordinator.tools.process_group import GroupOwner, ProcessGroup
     from tests.processes import is_gone
 
     config = config_for(tmp_path)
@@ -150,13 +151,17 @@ async def test_a_crash_resume_kills_the_process_group_the_dead_coordinator_left(
     try:
         with open_store(config.server.db, synchronous="normal") as store:
 
-            def record_the_orphan(tx: Any) -> None:
-                call_id = tx.tool_calls_of_turn(turn_id)[0].call_id
-                tx.set_process_group(session_id, call_id, ProcessGroup.of(orphan.pid))
+            def record_the_orphan(tx: Any) -> str:
+                claim = tx.get_claim(session_id)  # held by the dead coordinator's instance
+                call_id: str = tx.tool_calls_of_turn(turn_id)[0].call_id
+                owner = GroupOwner(instance_id=claim.owner, session_id=session_id, call_id=call_id)
+                tx.record_process_group(owner.row(ProcessGroup.of(orphan.pid)), "now")
+                return call_id
 
-            await store.write(record_the_orphan)
-        async with running(config, [DONE]) as (_, recorder):
+            call_id = await store.write(record_the_orphan)
+        async with running(config, [DONE]) as (coord, recorder):
             await recorder.wait_for("session.idle")
+            assert await coord.store.read(lambda r: r.process_group_of(session_id, call_id)) is None
         with trio.fail_after(5):
             assert await orphan.wait() == -9
         assert is_gone(orphan.pid)

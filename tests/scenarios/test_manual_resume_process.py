@@ -33,7 +33,15 @@ from tests.scenarios.test_restarts_process import (
     start_turn,
     stop,
 )
-from tests.servers import Watched, group_gone, server_env, wait_group_gone, watched_server, write_config
+from tests.servers import (
+    Watched,
+    group_gone,
+    process_group_record,
+    server_env,
+    wait_group_gone,
+    watched_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +149,7 @@ async def test_a_stop_while_a_shell_command_runs_then_a_manual_start_kills_it_an
             resumed = ["session.execution.resumed", "session.tool.failed", "session.step.failed"]
         async with s.running("second") as second:
             assert await wait_group_gone(pgid)
+            assert process_group_record(s.db, session_id, "call_sleep") is None
             await assert_left_alone(second, session_id, [*STARTED_IN_TOOL, *stopped])
             assert len(s.mock.requests) == 1
             await resume(second, session_id)

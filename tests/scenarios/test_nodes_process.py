@@ -36,6 +36,7 @@ from tests.scenarios.test_restarts_process import (
 from tests.servers import (
     POLL,
     Watched,
+    process_group_record,
     recorded_process_group,
     server_process,
     wait_group_gone,
@@ -216,6 +217,7 @@ async def test_a_killed_nodes_command_is_killed_and_its_turn_resumed_once_by_ano
             assert trio.current_time() - killed_at <= LEASE + BEAT + SLACK
             await survivor.log.wait_for("session.idle", session_id)
             assert await wait_group_gone(pgid)
+            assert process_group_record(c.db, session_id, "call_sleep") is None
 
             assert c.stored_types(session_id) == [
                 "session.created",

@@ -25,6 +25,7 @@ from tests.servers import (
     ASK_SHELL_RULES,
     Watched,
     group_gone,
+    process_group_record,
     recorded_process_group,
     stored_session,
     wait_group_gone,
@@ -244,6 +245,7 @@ async def test_a_stop_while_a_shell_command_runs_fails_the_call_and_asks_the_mod
         async with s.running("second") as second:
             await second.log.wait_for("session.idle", session_id)
             assert await wait_group_gone(pgid)
+            assert process_group_record(s.db, session_id, "call_sleep") is None
             started = [
                 "session.created",
                 "session.turn.started",
@@ -363,19 +365,19 @@ def asking(call_id: str, command: str) -> Call:
     return Call(id=call_id, name="shell", input={"command": command})
 
 
-async def kill_while_settling(s: Site, calls: tuple[Call, ...], decide: Any) -> tuple[str, Watched]:
+async def kill_while_settling(s: Site, calls: tuple[Call, ...], decide: Any) -> tuple[str, Watched, int]:
     """Start a turn running ``calls`` (``call_slow`` ignores SIGTERM), let ``decide(run, session_id,
     requests)`` commit a stop, and kill -9 the server while that stop's settlement still waits on
-    ``call_slow``. Returns the session id and the finished first run."""
+    ``call_slow``. Returns the session id, the finished first run and ``call_slow``'s process group."""
     asks = sum(1 for call in calls if not call.input["command"].startswith(ALLOWED))
     async with s.running("first") as first:
         session_id = await start_turn(first, "session.tool.started")
         await first.log.wait_for("permission.asked", session_id, count=asks)
-        await s.process_group(session_id, "call_slow")
+        pgid = await s.process_group(session_id, "call_slow")
         requests = {e["request"]["call_id"]: e["request"]["id"] for e in first.log.of("permission.asked")}
         await decide(first, session_id, requests)
         await stop(first, "kill")
-    return session_id, first
+    return session_id, first, pgid
 
 
 def settled_calls(run: Watched) -> dict[str, str]:
@@ -400,7 +402,7 @@ async def test_a_kill_after_a_reject_is_committed_settles_the_turn_as_declined(t
         await run.client.reply_permission(session_id, requests["call_shell"], "reject")
 
     async with site(tmp_path, answering(ToolCalls(calls=calls))) as s:
-        session_id, first = await kill_while_settling(s, calls, reject)
+        session_id, first, pgid = await kill_while_settling(s, calls, reject)
         assert "session.execution.interrupted" not in first.types(session_id)
         async with s.running("second") as second:
             assert [(r["status"], r["after"]) for r in recovered(second)] == [("stopping", "crash")]
@@ -420,7 +422,8 @@ async def test_a_kill_after_a_reject_is_committed_settles_the_turn_as_declined(t
                 "call_slow": "interrupted",
                 "call_other": "interrupted",
             }
-            assert await wait_group_gone(await s.process_group(session_id, "call_slow"))
+            assert await wait_group_gone(pgid)
+            assert process_group_record(s.db, session_id, "call_slow") is None
             await assert_session(second, session_id, "idle", "declined")
         assert len(s.mock.requests) == 1
 
@@ -432,7 +435,7 @@ async def test_a_kill_after_an_interrupt_is_committed_settles_the_turn_as_interr
         assert await run.client.interrupt(session_id) is True
 
     async with site(tmp_path, answering(ToolCalls(calls=calls))) as s:
-        session_id, first = await kill_while_settling(s, calls, interrupt)
+        session_id, first, pgid = await kill_while_settling(s, calls, interrupt)
         assert "session.execution.interrupted" not in first.types(session_id)
         async with s.running("second") as second:
             assert [(r["status"], r["after"]) for r in recovered(second)] == [("stopping", "crash")]
@@ -446,7 +449,8 @@ async def test_a_kill_after_an_interrupt_is_committed_settles_the_turn_as_interr
             asked = second.log.of("permission.asked")[0]["request"]["id"]
             assert [(e["request_id"], e["reason"]) for e in revoked] == [(asked, interrupt_api)]
             assert settled_calls(second) == {"call_slow": "interrupted", "call_shell": "interrupted"}
-            assert await wait_group_gone(await s.process_group(session_id, "call_slow"))
+            assert await wait_group_gone(pgid)
+            assert process_group_record(s.db, session_id, "call_slow") is None
             await assert_session(second, session_id, "idle", "interrupted")
         assert len(s.mock.requests) == 1
 

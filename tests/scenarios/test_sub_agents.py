@@ -592,10 +592,10 @@ async def test_an_interrupt_of_the_parent_kills_the_sub_agents_command_before_th
         with trio.fail_after(10):
             while (group := await _process_group(coord, child)) is None:  # noqa: ASYNC110
                 await trio.sleep(0.01)
-        assert not group_gone(group["pgid"])
+        assert not group_gone(group.pgid)
         assert await coord.interrupt(session.id, by="api")
         await recorder.wait_for("session.idle", 2)
-        assert group_gone(group["pgid"])
+        assert group_gone(group.pgid)
         assert timeline(recorder, session.id)[4:] == [
             "C session.created",
             "C session.turn.started",

@@ -222,4 +222,32 @@ def _v7(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 15: the recorded process groups in a table of their own, those of running
+    # calls moved there from ``tool_calls.process_group`` (unused from here on).
+    execute(
+        """
+        CREATE TABLE process_groups (
+            pgid INTEGER NOT NULL,
+            started BIGINT NOT NULL,
+            boot_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            session_id TEXT,
+            call_id TEXT,
+            label TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (boot_id, pgid, started)
+        );
+        CREATE INDEX process_groups_by_owner ON process_groups(owner);
+        INSERT INTO process_groups(pgid, started, boot_id, owner, session_id, call_id, created_at)
+            SELECT (t.process_group::json->>'pgid')::integer, (t.process_group::json->>'started')::bigint,
+                   t.process_group::json->>'boot_id', COALESCE(c.owner, ''), t.session_id, t.call_id,
+                   t.created_at
+            FROM tool_calls t LEFT JOIN claims c ON c.session_id = t.session_id
+            WHERE t.status = 'running' AND t.process_group::json->>'boot_id' IS NOT NULL
+            ON CONFLICT DO NOTHING;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]

@@ -288,6 +288,37 @@ def _v14(db: apsw.Connection) -> None:
     )
 
 
+def _v15(db: apsw.Connection) -> None:
+    # The process groups coordinators started and have not reaped yet, in a table of their own: a
+    # group may belong to a tool call or to the coordinator itself (a server it runs), and a start
+    # finds those of dead instances without reading every call. The groups that running calls had
+    # recorded in ``tool_calls.process_group`` (unused from here on) move here, owned by their
+    # session's claim holder, so a start after the upgrade still kills what a crash before it left
+    # (one recorded without a boot id cannot be told from a reused pid: left alone, as before).
+    db.execute(
+        """
+        CREATE TABLE process_groups (
+            pgid INTEGER NOT NULL,
+            started INTEGER NOT NULL,
+            boot_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            session_id TEXT,
+            call_id TEXT,
+            label TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (boot_id, pgid, started)
+        );
+        CREATE INDEX process_groups_by_owner ON process_groups(owner);
+        INSERT OR IGNORE INTO process_groups(pgid, started, boot_id, owner, session_id, call_id, created_at)
+            SELECT json_extract(t.process_group, '$.pgid'), json_extract(t.process_group, '$.started'),
+                   json_extract(t.process_group, '$.boot_id'), COALESCE(c.owner, ''), t.session_id,
+                   t.call_id, t.created_at
+            FROM tool_calls t LEFT JOIN claims c ON c.session_id = t.session_id
+            WHERE t.status = 'running' AND json_extract(t.process_group, '$.boot_id') IS NOT NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -303,4 +334,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v12,
     _v13,
     _v14,
+    _v15,
 ]
