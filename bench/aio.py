@@ -48,7 +48,9 @@ async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
 async def _trio_turn_cpu(workdir: Path, sizes: Sizes, per_session: int) -> float:
     """CPU seconds a sequential turn through the trio API (median of ``repeats``)."""
     cpu = []
-    async with watched_coordinator(workdir, "aio-trio.sqlite", "full", tool_then_text_script(per_session)) as (
+    async with watched_coordinator(
+        workdir, "aio-trio.sqlite", "full", tool_then_text_script(per_session)
+    ) as (
         coordinator,
         watcher,
     ):
@@ -144,4 +146,3 @@ async def _loop_lag(coordinator: AioCoordinator, idle: _Idle, sizes: Sizes) -> l
         done.set()
         await probing
     return lateness
-

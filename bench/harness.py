@@ -6,19 +6,18 @@ import logging
 import math
 import os
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 import trio
 
 from coordinator import Coordinator
 from coordinator.config import Config, PluginConfig, TimeoutsConfig
 from coordinator.events import Event
+from coordinator.logs import ROOT
 from coordinator.records import Rule
 
 NOOP_ENTRY = "bench.noop_tool:noop"
@@ -149,10 +148,7 @@ def quiet_logging() -> None:
     Warnings (a subscriber that lagged behind a burst and read the store instead) go to stderr, so
     that stdout holds only the table, and a child's JSON.
     """
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
+    logging.getLogger(ROOT).setLevel(logging.WARNING)  # without a handler, logging's last resort: stderr
 
 
 def bench_config(

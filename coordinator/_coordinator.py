@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import structlog
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -13,6 +12,7 @@ from coordinator import claims, decisions, errors, retention
 from coordinator.actors.context import Runtime
 from coordinator.bus import Subscription
 from coordinator.config import Config
+from coordinator.logs import get_logger
 from coordinator.records import Form, Message, Node, PermissionRequest, Session
 from coordinator.registry import Registry
 from coordinator.store import Reader, Store
@@ -20,7 +20,7 @@ from coordinator.store import Reader, Store
 if TYPE_CHECKING:
     pass
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 class Coordinator:

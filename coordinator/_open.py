@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
 import trio
 
 from coordinator import claims, errors, orphans, retention
@@ -21,6 +20,7 @@ from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.clock import now_rfc3339
 from coordinator.config import Config, config_from
+from coordinator.logs import get_logger
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.factory import build_model
@@ -33,7 +33,7 @@ from coordinator.tracing import Tracing
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 @contextlib.asynccontextmanager

@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 import attrs
-import structlog
 import trio
 
 from coordinator.errors import StoreError
 from coordinator.ids import boot_id, new_id
+from coordinator.logs import get_logger
 from coordinator.store import Store
 from coordinator.store.rows import InstanceRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 # Instance ids of the coordinators open in this process: an instance of this pid not listed here
 # was dropped (a crash in the same process, as the chaos campaign simulates).

@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
-import structlog
 import trio
 
 from coordinator import remote
 from coordinator.config import Config, apply_env, config_from
 from coordinator.errors import ClientError, ConfigError, StoreError
-from coordinator.logs import configure_logging
+from coordinator.log_output import configure_logging
+from coordinator.logs import get_logger
 from coordinator.server.edge import is_loopback
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1

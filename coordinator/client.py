@@ -18,13 +18,13 @@ from urllib.parse import quote
 import anyio
 import attrs
 import httpx
-import structlog
 
 from coordinator import errors, wire
+from coordinator.logs import get_logger
 from coordinator.records import Form, Message, Node, PermissionRequest, Session
 from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, PromptBody, ReplyBody
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 STREAM_READ_TIMEOUT = 45.0
 """Silence after which a followed stream counts as dropped: three missed keep-alive comments."""

@@ -16,20 +16,20 @@ from __future__ import annotations
 from typing import Any, cast
 
 import attrs
-import structlog
 
 from coordinator import errors, events, permissions, wire
 from coordinator.actors import stops, wait
 from coordinator.actors.context import Runtime
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
+from coordinator.logs import get_logger
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, Form, PermissionRequest, Session, Settlement
 from coordinator.statuses import TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 DECISIONS = ("once", "always", "reject")
 

@@ -12,15 +12,15 @@ leaves records of dead groups, which the next look kills no one for and deletes.
 
 from __future__ import annotations
 
-import structlog
 import trio
 
 from coordinator.claims import Liveness
+from coordinator.logs import get_logger
 from coordinator.store import Store
 from coordinator.store.rows import InstanceRow, ProcessGroupRow
 from coordinator.tools.process_group import ProcessGroup
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 OwnedGroup = tuple[ProcessGroupRow, InstanceRow | None]
 

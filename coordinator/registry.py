@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import attrs
-import structlog
 import trio
 
 from coordinator import decisions, orphans
@@ -13,11 +12,12 @@ from coordinator.actors import session, stops
 from coordinator.actors.context import Runtime, Takeover
 from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
+from coordinator.logs import get_logger
 from coordinator.statuses import TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 WAKE_GAP = 0.02
 """Seconds the watch lets pass after it was woken, so that a burst of other nodes' commits is one look."""

@@ -16,13 +16,13 @@ from __future__ import annotations
 import functools
 import time
 
-import structlog
 import trio
 
 from coordinator.errors import StoreError
+from coordinator.logs import get_logger
 from coordinator.store import PruneBatch, Store, Transaction
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 BATCH_EVENTS = 200
 """Rows one batch reads (and at most deletes): one short transaction (1-5 ms, measured)."""

@@ -17,16 +17,16 @@ from collections import deque
 from typing import Protocol
 
 import attrs
-import structlog
 import trio
 
 from coordinator import errors
 from coordinator.clock import now_rfc3339
 from coordinator.events import Event, stream_truncated
 from coordinator.live_buffer import LiveBuffer, SessionSet
+from coordinator.logs import get_logger
 from coordinator.store import Reader, Store
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 LIVE_BUFFER = 4096
 REPLAY_PAGE = 500

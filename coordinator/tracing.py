@@ -16,7 +16,7 @@ purpose (``_root_context``), never under the span of that caller.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -257,7 +257,9 @@ def _root_context() -> Any:
     return otel_context.Context()
 
 
-def add_trace_ids(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def add_trace_ids(
+    logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """A structlog processor: ``trace_id`` and ``span_id`` (hex, as OpenTelemetry prints them) of the
     span current where the line was logged, if any."""
     if trace is None:

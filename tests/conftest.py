@@ -14,7 +14,6 @@ from typing import Any
 
 import attrs
 import pytest
-import structlog
 import trio
 
 from coordinator import Coordinator, open_coordinator
@@ -23,16 +22,6 @@ from coordinator.events import Event
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
 from tests.backends import PG_ENV, db_for, unavailable
-
-# structlog's default output, its tracebacks without the frames' locals: with rich installed (the
-# tests' schemathesis brings it) rendering them took seconds of the trio thread for each logged
-# failure (design/operations.md, "Logs"). ``capture_logs`` is unaffected.
-structlog.configure(
-    processors=[
-        *structlog.get_config()["processors"][:-1],
-        structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
-    ]
-)
 
 
 @attrs.define

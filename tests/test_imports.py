@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.remote",
             "coordinator.server",
             "coordinator.client",
+            "coordinator.log_output",
         ),
     ),
     ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator", "coordinator.aio")),
@@ -53,7 +54,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.live_buffer",
             "coordinator.tracing",
             "coordinator.metrics",
-            "coordinator.logs",
             "coordinator.checkpoints",
             "coordinator.permissions",
             "coordinator.claims",
@@ -64,6 +64,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "values",
         (
             "coordinator.reasons",
+            "coordinator.logs",
             "coordinator.statuses",
             "coordinator.errors",
             "coordinator.events",

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
-import structlog
 import trio
 
 from coordinator.actors.handle import ActorHandle
@@ -17,6 +16,7 @@ from coordinator.actors.wait_book import WaitBook
 from coordinator.bus import Bus
 from coordinator.checkpoints import Injector
 from coordinator.config import Config
+from coordinator.logs import get_logger
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.history import Conversations
@@ -26,7 +26,7 @@ from coordinator.tools.base import Tool
 from coordinator.tools.table import ToolTable
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 # Bound on each cleanup duty (revoke, kill and reap, settle). A settlement is one local commit; the

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 
 import attrs
-import structlog
 import trio
 
+from coordinator.logs import get_logger
 from coordinator.reasons import StopReason, reasonless_failure
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 @attrs.define(eq=False, repr=False)

@@ -35,14 +35,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import attrs
-import structlog
 import trio
 
 from coordinator.actors.handle import ActorHandle
 from coordinator.errors import StoreError
+from coordinator.logs import get_logger
 from coordinator.store import Fence, Store, Transaction
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 T = TypeVar("T")
 Body = Callable[[Transaction], object]

@@ -27,11 +27,12 @@ from coordinator.actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnSc
 from coordinator.clock import now_rfc3339
 from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
+from coordinator.logs import get_logger
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 MAX_STEPS_PER_TURN = 100
 RESTART_NOTE = (

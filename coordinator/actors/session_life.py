@@ -27,10 +27,11 @@ import structlog
 import trio
 
 from coordinator.errors import SessionEnded
+from coordinator.logs import get_logger
 from coordinator.tools.base import Tool
 from coordinator.tools.table import ToolTable
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -16,7 +16,6 @@ import functools
 import math
 
 import attrs
-import structlog
 import trio
 
 from coordinator import events
@@ -28,6 +27,7 @@ from coordinator.clock import now_rfc3339
 from coordinator.errors import ModelError
 from coordinator.events import Draft, Event
 from coordinator.ids import new_id
+from coordinator.logs import get_logger
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import Rule, StepMessage, StepToolCall
@@ -35,7 +35,7 @@ from coordinator.store import Transaction
 from coordinator.store.rows import StoredMessage, ToolCallRow
 from coordinator.tracing import ActorSpan
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 async def run(turn: TurnScope) -> bool:

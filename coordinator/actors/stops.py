@@ -27,16 +27,15 @@ import contextlib
 import functools
 from collections.abc import Iterator
 
-import structlog
-
 from coordinator.actors.context import Runtime, TurnScope
 from coordinator.actors.handle import ActorHandle
 from coordinator.errors import Fenced, ToolFailure
+from coordinator.logs import get_logger
 from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
 from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 def admits(live: TurnScope | None) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 import trio
 
 from coordinator import events
@@ -31,12 +30,13 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError, ToolFailure
 from coordinator.ids import new_id
+from coordinator.logs import get_logger
 from coordinator.reasons import Declined, ParentLink, tool_error_of_outcome
 from coordinator.records import Message, TextPart
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow, TurnRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 async def run(

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
-import structlog
 import trio
 
 from coordinator import permissions
@@ -27,13 +26,14 @@ from coordinator.actors.context import SETTLE_SECONDS, TurnScope
 from coordinator.actors.handle import ActorHandle
 from coordinator.checkpoints import CURRENT_PROBE, PluginProbe
 from coordinator.errors import Fenced, ToolFailure
+from coordinator.logs import get_logger
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, Rule, ToolError
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Capabilities, Tool, ToolContext, capabilities_of
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 @attrs.define

@@ -19,7 +19,6 @@ import contextlib
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import attrs
-import structlog
 import trio
 
 from coordinator import clock, events, tracing
@@ -29,13 +28,14 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
 from coordinator.events import Draft
 from coordinator.ids import new_id
+from coordinator.logs import get_logger
 from coordinator.reasons import Declined, StopReason, Timeout
 from coordinator.records import Decision, Form, PermissionRequest, Question
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import WaitRow
 from coordinator.tracing import ActorSpan, Tracing
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 # What is stored and published for a wait, and what the wait returns.
 Asked = TypeVar("Asked", PermissionRequest, Form)

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 import trio
 from trio.testing import MockClock
 
+from coordinator import logs
 from coordinator.chaos import processes
 from coordinator.chaos.driver import RunState
 from coordinator.chaos.faults import Injection, format_schedule
@@ -272,36 +272,15 @@ def scratch_root() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="coordinator-chaos-", dir=shm if shm.is_dir() else None)
 
 
-_SINK: list[dict[str, Any]] | None = None
-
-
-def _keep(logger: Any, method: str, event_dict: Any) -> Any:
-    if _SINK is not None:
-        _SINK.append(dict(event_dict))
-    raise structlog.DropEvent
-
-
 @contextlib.contextmanager
 def captured_logs() -> Iterator[list[dict[str, Any]]]:
     """Keep the coordinator's error logs (``reasonless_cancel`` among them) in a list; print nothing."""
-    global _SINK
-    old = structlog.get_config()
-    kept: list[dict[str, Any]] = []
-    _SINK = kept
-    structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, _keep],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        cache_logger_on_first_use=False,
-    )
-    try:
+    with logs.captured(logging.ERROR) as kept:
         yield kept
-    finally:
-        _SINK = None
-        structlog.configure(**old)
 
 
 def _describe_log(entry: dict[str, Any]) -> str:
-    fields = {k: v for k, v in entry.items() if k not in ("event", "level", "exc_info")}
+    fields = {k: v for k, v in entry.items() if k not in ("event", "log_level", "exc_info")}
     error = entry.get("exc_info")
     suffix = f" {type(error).__name__}: {error}" if isinstance(error, BaseException) else ""
     return f"{entry.get('event')} {fields}{suffix}"

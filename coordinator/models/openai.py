@@ -9,11 +9,11 @@ from typing import Any
 
 import attrs
 import httpx
-import structlog
 import trio
 
 from coordinator.config import ModelConfig
 from coordinator.errors import ModelError
+from coordinator.logs import get_logger
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall, TextSink, ToolSpec
 from coordinator.models.openai_stream import (
     SSEDecoder,
@@ -40,7 +40,7 @@ __all__ = [
     "retry_delay",
 ]
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 DEFAULT_BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 """Seconds before each retry; its length is the number of retries."""

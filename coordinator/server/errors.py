@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import structlog
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.errors import ClientError, InternalError, MethodNotAllowed, RouteNotFound, Unauthorized
+from coordinator.logs import get_logger
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 # Starlette's router raises HTTPException for these; the contract's errors are ClientErrors.
 _ROUTING_ERRORS: dict[int, type[ClientError]] = {404: RouteNotFound, 405: MethodNotAllowed}

@@ -8,16 +8,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
-import structlog
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from coordinator import open_coordinator
 from coordinator.config import Config
+from coordinator.logs import get_logger
 from coordinator.server.app import build_app
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 SERVING_GC_THRESHOLDS = (20_000, 10, 10)
 """The collector's thresholds in ``coordinator serve``'s process (Python's default: 700, 10, 10)."""

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 import trio
 
 import coordinator.tools
 from coordinator import wire
 from coordinator.errors import ToolFailure
+from coordinator.logs import get_logger
 from coordinator.records import ToolError
 from coordinator.tools.base import ToolContext
 from coordinator.tools.execute import (
@@ -51,7 +51,7 @@ from coordinator.tools.execute import (
 from coordinator.tools.process import DRAIN_SECONDS
 from coordinator.tools.process_group import REAP_SECONDS, open_process_group, signal_group, terminate_group
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 RUNNER_PATH = Path(coordinator.tools.__file__).with_name("execute_runner")
 

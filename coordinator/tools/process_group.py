@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
-import structlog
 import trio
 
 from coordinator.clock import now_rfc3339
 from coordinator.errors import StoreError
 from coordinator.ids import boot_id as this_boot_id
+from coordinator.logs import get_logger
 from coordinator.store import Store
 from coordinator.store.rows import ProcessGroupRow
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 TERM_GRACE = 2.0
 """Seconds the process gets after SIGTERM to exit before its group is killed with SIGKILL."""

@@ -16,11 +16,10 @@ from __future__ import annotations
 import types
 from collections.abc import Iterable, Mapping
 
-import structlog
-
+from coordinator.logs import get_logger
 from coordinator.tools.base import Tool
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 EVERY_SESSION = ""
 """The scope of a provider whose tools every session has."""

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from structlog.testing import capture_logs
 
 from coordinator import Coordinator
 from coordinator.actors.handle import ActorHandle
+from coordinator.logs import captured
 from coordinator.reasons import REASONLESS, Failure, Interrupt, Shutdown
 from coordinator.records import Session
 from tests.conftest import ASK_SHELL, Recorder, make_config, running
@@ -27,7 +27,7 @@ async def test_the_first_reason_wins_and_children_read_it_through_their_parent()
 
 
 def test_a_reasonless_cancellation_settles_as_error_and_is_logged() -> None:
-    with capture_logs() as logs:
+    with captured() as logs:
         reason = ActorHandle(kind="step", id="s").reason_or_failure()
     assert reason == Failure(message=REASONLESS)
     assert logs == [{"event": "reasonless_cancel", "log_level": "error", "actor": "step", "actor_id": "s"}]
@@ -38,7 +38,7 @@ async def test_a_turn_cancelled_without_a_reason_fails_and_is_never_suspended(
 ) -> None:
     """A bug that cancels a turn without a reason ends it failed, releasing the claim: never a shutdown."""
     async with _waiting_on_a_permission(tmp_path) as (coord, recorder, session, turn_id):
-        with capture_logs() as logs:
+        with captured() as logs:
             coord._runtime.turns[turn_id].handle.scope.cancel()  # the bug: no typed reason
             await recorder.wait_for("session.idle")
         failed = recorder.of("session.execution.failed")[0]

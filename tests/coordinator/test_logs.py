@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-# Run in a child: structlog's configuration is global, and loggers cache it on first use.
+# Run in a child: logging's configuration is global to the process.
 PROGRAM = """
 import io, sys
-import structlog
-from coordinator.logs import configure_logging
+from coordinator.log_output import configure_logging
+from coordinator.logs import get_logger
 
 class Terminal(io.StringIO):
     def isatty(self):
@@ -28,7 +28,7 @@ def call_the_model(prompt):
 try:
     call_the_model("a prompt not for logs")
 except ConnectionError:
-    structlog.get_logger().exception("model_request_failed")
+    get_logger("coordinator.models").exception("model_request_failed", model="mock")
 sys.stdout.write(out.getvalue())
 """
 

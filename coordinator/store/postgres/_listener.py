@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-import structlog
 import trio
 
-log = structlog.get_logger()
+from coordinator.logs import get_logger
+
+log = get_logger(__name__)
 
 POLL_SECONDS = 5.0
 """How long the thread waits on its socket at once (it is woken at once to stop, by its pipe)."""

@@ -25,11 +25,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 import psycopg_pool
-import structlog
 import trio
 
 from coordinator import clock, errors
 from coordinator.events import Event
+from coordinator.logs import get_logger
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
 from coordinator.store.api import Fence, Reader, Transaction
@@ -42,7 +42,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 P = ParamSpec("P")
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 CHANNEL = "coordinator_events"
 """The NOTIFY channel: its payload is ``ORIGIN:SEQ``, the committing store and its commit's last seq."""

@@ -41,11 +41,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 import apsw
-import structlog
 import trio
 
 from coordinator import clock, errors
 from coordinator.events import Event
+from coordinator.logs import get_logger
 from coordinator.store.sqlite._sync_asks import AskedSync, AskWhenIdle
 from coordinator.store.sqlite._sync_process import SyncProcess
 from coordinator.store.sqlite._wal import (
@@ -73,7 +73,7 @@ ASK_WITHIN_SECONDS = 0.001
 """How long a commit may wait for its sync to be asked when the trio loop never runs out of work
 (else it is asked as soon as the loop has nothing to run)."""
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 class GroupDurability:

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import apsw
-import structlog
 
 from coordinator import errors
+from coordinator.logs import get_logger
 from coordinator.store.sqlite._migrations import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
@@ -18,7 +18,7 @@ BUSY_TIMEOUT_MS = 5000
 
 AUTO_VACUUM_NONE = 0
 
-log = structlog.get_logger()
+log = get_logger(__name__)
 
 
 def rollback(db: apsw.Connection) -> None:
