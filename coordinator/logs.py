@@ -42,18 +42,22 @@ class _Logger(structlog.stdlib.BoundLogger):
     def error(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
         return super().error(event, *args, **kw) if self._logger.isEnabledFor(logging.ERROR) else None
 
+    def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        kw.setdefault("exc_info", True)
+        return super().error(event, *args, **kw) if self._logger.isEnabledFor(logging.ERROR) else None
+
 
 def _to_record(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of the stdlib call: the line as its message, the fields as an attribute."""
     exc_info = event_dict.pop("exc_info", None)
-    event_dict.setdefault("log_level", method if method != "exception" else "error")
+    event_dict.setdefault("log_level", method)
     fields = " ".join(
         f"{key}={value}" for key, value in event_dict.items() if key not in ("event", "log_level")
     )
     message = f"{event_dict.get('event')} {fields}" if fields else str(event_dict.get("event"))
-    if method == "exception" and exc_info is None:
-        exc_info = True
-    return {"msg": message, "exc_info": exc_info, "extra": {STRUCTURED: dict(event_dict)}}
+    # The record's file and line are the caller's: past this module's method, structlog's two frames
+    # and the stdlib logger's own.
+    return {"msg": message, "exc_info": exc_info, "extra": {STRUCTURED: dict(event_dict)}, "stacklevel": 5}
 
 
 _PROCESSORS = [structlog.contextvars.merge_contextvars, _to_record]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from coordinator.logs import STRUCTURED
+from tests.conftest import make_config, running
 
 # Run in a child: logging's configuration is global to the process.
 PROGRAM = """
@@ -46,3 +51,34 @@ def test_a_logged_exception_has_its_traceback_and_none_of_the_frames_locals(stre
         line = json.loads(out)
         assert line["exception"][0]["exc_type"] == "ConnectionError"
         assert all("locals" not in frame or not frame["locals"] for frame in line["exception"][0]["frames"])
+
+
+async def test_an_embedding_program_s_logging_config_receives_the_lines(tmp_path: Path) -> None:
+    """No configuration of the library's own: the records reach the host's handler, with the fields
+    as the record's ``structured`` attribute and in its message."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    host = logging.getLogger()
+    handler, level = Keep(), host.level
+    host.addHandler(handler)
+    host.setLevel(logging.INFO)
+    try:
+        async with running(make_config(tmp_path), [{"text": "done"}]) as (coord, recorder):
+            session = await coord.create_session()
+            await coord.prompt(session.id, "go")
+            await recorder.wait_for("session.idle")
+    finally:
+        host.removeHandler(handler)
+        host.setLevel(level)
+    [succeeded] = [r for r in records if getattr(r, STRUCTURED, {}).get("event") == "turn_succeeded"]
+    assert succeeded.name == "coordinator.actors.session" and succeeded.levelno == logging.INFO
+    assert getattr(succeeded, STRUCTURED)["session_id"] == session.id
+    assert (
+        succeeded.getMessage().startswith("turn_succeeded ")
+        and f"session_id={session.id}" in succeeded.getMessage()
+    )
+    assert succeeded.pathname.endswith("coordinator/actors/session.py")
