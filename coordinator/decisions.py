@@ -165,7 +165,7 @@ async def reply_permission(
             raise errors.PermissionAlreadySettled(
                 message=f"permission request {request_id!r} is revoked: its turn is stopping",
                 request_id=request_id,
-                settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+                settlement=_revoked_for(stopping),
             )
         if not tx.reply_permission(request_id, decision, message):
             # Settled since it was read, by a transaction the store ran alongside this one
@@ -244,6 +244,12 @@ def _stop_of(tx: Transaction, turn_id: str) -> StopReason | None:
     the settlement it is about to get, never accepted and then ignored."""
     turn = tx.get_turn(turn_id)
     return turn.stop_reason if turn is not None and turn.status == TurnStatus.STOPPING else None
+
+
+def _revoked_for(stopping: StopReason) -> Any:
+    """The settlement a wait of a stopping turn is about to get, as a 409 reports it: its revocation
+    with the stop's reason (written by the turn's settlement, ``coordinator/actors/revocation.py``)."""
+    return wire.unstructure(Settlement(status="revoked", reason=stopping))
 
 
 def _wait_turn(tx: Transaction, request_id: str) -> str:
@@ -333,7 +339,7 @@ def _refuse_if_form_stopping(tx: Transaction, form_id: str) -> str:
         raise errors.FormAlreadySettled(
             message=f"form {form_id!r} is revoked: its turn is stopping",
             form_id=form_id,
-            settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+            settlement=_revoked_for(stopping),
         )
     return turn_id
 

@@ -18,7 +18,7 @@ import attrs
 import structlog
 
 from coordinator import events, wire
-from coordinator.actors import stops
+from coordinator.actors import revocation, stops
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, ParentLink, StopReason
@@ -96,11 +96,11 @@ def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> boo
 def revoke_waits_of_call(tx: Transaction, session_id: str, call_id: str, reason: StopReason) -> None:
     """Revoke the call's pending permission request and form, each with one event."""
     request = tx.permission_of_call(session_id, call_id, pending=True)
-    if request is not None and tx.revoke_permission(request.id, reason):
-        tx.emit(events.permission_revoked(request, reason))
+    if request is not None:
+        revocation.revoke_permission(tx, request, reason)
     form = tx.form_of_call(session_id, call_id, pending=True)
-    if form is not None and tx.settle_form(form.id, "revoked", reason=reason):
-        tx.emit(events.form_revoked(form, reason))
+    if form is not None:
+        revocation.revoke_form(tx, form, reason)
 
 
 def settle_call(
@@ -338,11 +338,11 @@ def sweep(
     running = children_first(tx.running_calls_of_turn(turn_id))
     kept_ids = {c.call_id for c in running if kept(c)}
     for request in tx.pending_permissions(turn_id=turn_id):
-        if request.call_id not in kept_ids and tx.revoke_permission(request.id, reason):
-            tx.emit(events.permission_revoked(request, reason))
+        if request.call_id not in kept_ids:
+            revocation.revoke_permission(tx, request, reason)
     for form in tx.pending_forms(turn_id=turn_id):
-        if form.call_id not in kept_ids and tx.settle_form(form.id, "revoked", reason=reason):
-            tx.emit(events.form_revoked(form, reason))
+        if form.call_id not in kept_ids:
+            revocation.revoke_form(tx, form, reason)
     fail_calls(tx, [call for call in running if call.call_id not in kept_ids], reason, error, tools=tools)
     for step_id in tx.running_steps(turn_id):
         # From this process's memory, else what a dead one saved (a stop settled at the next start).

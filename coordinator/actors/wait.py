@@ -23,7 +23,7 @@ import structlog
 import trio
 
 from coordinator import clock, events, tracing
-from coordinator.actors import stops
+from coordinator.actors import revocation, stops
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope, Waiter
 from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
@@ -301,8 +301,7 @@ class PermissionWait:
         span.set(tracing.PERMISSION_DECISION, answer.decision)
 
     def revoke(self, tx: Transaction, asked: PermissionRequest, reason: StopReason) -> None:
-        if tx.revoke_permission(asked.id, reason):
-            tx.emit(events.permission_revoked(asked, reason))
+        revocation.revoke_permission(tx, asked, reason)
 
 
 @attrs.frozen(kw_only=True)
@@ -363,5 +362,4 @@ class QuestionWait:
         span.set(tracing.FORM_STATUS, answer.status)
 
     def revoke(self, tx: Transaction, asked: Form, reason: StopReason) -> None:
-        if tx.settle_form(asked.id, "revoked", reason=reason):
-            tx.emit(events.form_revoked(asked, reason))
+        revocation.revoke_form(tx, asked, reason)

@@ -227,12 +227,12 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a stopped permission wait revokes its request with one permission.revoked event",
         edits=(
             Edit(
-                path="coordinator/actors/wait.py",
+                path="coordinator/actors/revocation.py",
                 old=(
-                    "        if tx.revoke_permission(asked.id, reason):",
-                    "            tx.emit(events.permission_revoked(asked, reason))",
+                    "    if tx.revoke_permission(request.id, reason):",
+                    "        tx.emit(events.permission_revoked(request, reason))",
                 ),
-                new=("        tx.revoke_permission(asked.id, reason)",),
+                new=("    tx.revoke_permission(request.id, reason)",),
             ),
         ),
         tests=(WAIT + "test_an_interrupted_permission_wait_revokes_its_request_with_one_event",),
