@@ -12,6 +12,7 @@ from __future__ import annotations
 from coordinator import events
 from coordinator.reasons import StopReason
 from coordinator.records import Form, PermissionRequest
+from coordinator.statuses import FormStatus
 from coordinator.store import Transaction
 
 
@@ -23,5 +24,5 @@ def revoke_permission(tx: Transaction, request: PermissionRequest, reason: StopR
 
 def revoke_form(tx: Transaction, form: Form, reason: StopReason) -> None:
     """Revoke ``form`` with ``reason`` if it is still pending, with one ``form.revoked``."""
-    if tx.settle_form(form.id, "revoked", reason=reason):
+    if tx.settle_form(form.id, FormStatus.REVOKED, reason=reason):
         tx.emit(events.form_revoked(form, reason))

@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 path="coordinator/actors/settlement.py",
                 old=(
                     "    for call in tx.tool_calls_of_turn(turn_id):",
-                    '        if call.status != "running":',
+                    "        if call.status != CallStatus.RUNNING:",
                     "            continue",
                     "        if restorable(tx, call):",
                 ),
@@ -284,12 +284,12 @@ MUTANTS: tuple[Mutant, ...] = (
                 old=(
                     "    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)",
                     "    keep_partial_text(tx, session_id, turn_id, partial_text, reason)",
-                    '    tx.settle_step(step_id, "failed", reason)',
+                    "    tx.settle_step(step_id, StepStatus.FAILED, reason)",
                     "    tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))",
                 ),
                 new=(
                     "    keep_partial_text(tx, session_id, turn_id, partial_text, reason)",
-                    '    tx.settle_step(step_id, "failed", reason)',
+                    "    tx.settle_step(step_id, StepStatus.FAILED, reason)",
                     "    tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))",
                     "    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)",
                 ),
@@ -327,11 +327,11 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/decisions.py",
                 old=(
-                    '    if request.status != "pending":',
+                    "    if request.status != PermissionStatus.PENDING:",
                     "        raise errors.PermissionAlreadySettled(",
                 ),
                 new=(
-                    '    if request.status != "pending":',
+                    "    if request.status != PermissionStatus.PENDING:",
                     "        raise errors.PermissionNotFound(message=request_id, request_id=request_id)",
                     "        raise errors.PermissionAlreadySettled(",
                 ),
