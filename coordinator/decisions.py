@@ -25,7 +25,7 @@ from coordinator.ids import new_id
 from coordinator.logs import get_logger
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, Form, PermissionRequest, Session, Settlement
-from coordinator.statuses import TurnStatus
+from coordinator.statuses import ClaimState, FormStatus, PermissionStatus, TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import TurnRow
 
@@ -104,7 +104,7 @@ async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
 def _refuse_if_busy(tx: Transaction, session_id: str, deleting: str) -> None:
     statuses = tx.unsettled_turn_statuses(session_id)
     claim = tx.get_claim(session_id)
-    if statuses or (claim is not None and claim.state != "released"):
+    if statuses or (claim is not None and claim.state != ClaimState.RELEASED):
         whose = "" if session_id == deleting else f" (its sub-agent {session_id!r})"
         raise errors.SessionBusy(
             message=f"session {deleting!r}{whose} has a turn that is not settled "
@@ -165,14 +165,14 @@ async def reply_permission(
             raise errors.PermissionAlreadySettled(
                 message=f"permission request {request_id!r} is revoked: its turn is stopping",
                 request_id=request_id,
-                settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+                settlement=_revoked_for(stopping),
             )
         if not tx.reply_permission(request_id, decision, message):
             # Settled since it was read, by a transaction the store ran alongside this one
             # (PostgreSQL); the compare-and-set decides, and this one answers as a late reply does.
             _pending_request(tx, session_id, request_id)
         # It was pending as read, and this reply settled it.
-        replied = attrs.evolve(request, status="replied", decision=cast(Decision, decision))
+        replied = attrs.evolve(request, status=PermissionStatus.REPLIED, decision=cast(Decision, decision))
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
         stop = None
@@ -229,7 +229,7 @@ def _pending_request(tx: Transaction, session_id: str, request_id: str) -> Permi
         raise errors.PermissionNotFound(
             message=f"no permission request {request_id!r} in session {session_id!r}", request_id=request_id
         )
-    if request.status != "pending":
+    if request.status != PermissionStatus.PENDING:
         raise errors.PermissionAlreadySettled(
             message=f"permission request {request_id!r} is already {request.status}",
             request_id=request_id,
@@ -244,6 +244,13 @@ def _stop_of(tx: Transaction, turn_id: str) -> StopReason | None:
     the settlement it is about to get, never accepted and then ignored."""
     turn = tx.get_turn(turn_id)
     return turn.stop_reason if turn is not None and turn.status == TurnStatus.STOPPING else None
+
+
+def _revoked_for(stopping: StopReason) -> Any:
+    """The settlement a wait of a stopping turn is about to get, as a 409 reports it: its revocation
+    with the stop's reason (written by the turn's settlement, ``coordinator/actors/revocation.py``)."""
+    # A form's word for it is the same (``FormStatus.REVOKED``).
+    return wire.unstructure(Settlement(status=PermissionStatus.REVOKED.value, reason=stopping))
 
 
 def _wait_turn(tx: Transaction, request_id: str) -> str:
@@ -275,7 +282,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
         form = _pending_form(tx, session_id, form_id)
         _refuse_if_form_stopping(tx, form_id)
         _validate_answers(form, answers)
-        if not tx.settle_form(form_id, "submitted", answers=answers):
+        if not tx.settle_form(form_id, FormStatus.SUBMITTED, answers=answers):
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         submitted = tx.get_form(form_id)
         assert submitted is not None
@@ -294,7 +301,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
         tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _refuse_if_form_stopping(tx, form_id)
-        if not tx.settle_form(form_id, "cancelled", message=message or None):
+        if not tx.settle_form(form_id, FormStatus.CANCELLED, message=message or None):
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
@@ -317,7 +324,7 @@ def _pending_form(tx: Transaction, session_id: str, form_id: str) -> Form:
     form = tx.get_form(form_id)
     if form is None or form.session_id != session_id:
         raise errors.FormNotFound(message=f"no form {form_id!r} in session {session_id!r}", form_id=form_id)
-    if form.status != "pending":
+    if form.status != FormStatus.PENDING:
         raise errors.FormAlreadySettled(
             message=f"form {form_id!r} is already {form.status}",
             form_id=form_id,
@@ -333,7 +340,7 @@ def _refuse_if_form_stopping(tx: Transaction, form_id: str) -> str:
         raise errors.FormAlreadySettled(
             message=f"form {form_id!r} is revoked: its turn is stopping",
             form_id=form_id,
-            settlement=wire.unstructure(Settlement(status="revoked", reason=stopping)),
+            settlement=_revoked_for(stopping),
         )
     return turn_id
 

@@ -43,7 +43,6 @@ from typing import Any, ClassVar
 
 import attrs
 
-from coordinator import wire
 from coordinator.reasons import ToolErrorType
 
 
@@ -62,12 +61,6 @@ class ClientError(CoordinatorError):
 
     def __str__(self) -> str:
         return self.message
-
-    def details(self) -> dict[str, Any]:
-        """Fields beyond ``message`` that the wire form carries (unstructured by ``wire``)."""
-        fields = wire.unstructure(self)
-        fields.pop("message", None)
-        return dict(fields)
 
 
 @attrs.define(eq=False)

@@ -7,13 +7,12 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from coordinator.reasons import ParentLink, StopOutcome, StopReason, TextStatus, ToolErrorType
+from coordinator.statuses import FormStatus, PermissionStatus
 
 SessionStatus = Literal["idle", "busy", "suspended"]
 # How a turn settled: it succeeded, or a stop's outcome (the reason table's).
 Outcome = Literal["succeeded", StopOutcome]
 Decision = Literal["once", "always", "reject"]
-PermissionStatus = Literal["pending", "replied", "revoked"]
-FormStatus = Literal["pending", "submitted", "cancelled", "revoked"]
 Effect = Literal["allow", "ask", "deny"]
 # The values of ``coordinator.statuses.CallStatus``, as a Literal: the wire schema of a tool part's
 # ``state`` is read from its type (tests/coordinator/test_statuses.py checks that the two agree).
@@ -69,14 +68,14 @@ class PermissionRequest:
     call_id: str
     action: str
     resource: str
-    status: PermissionStatus
+    status: PermissionStatus = attrs.field(converter=PermissionStatus)
     decision: Decision | None = None
     reason: StopReason | None = None
     created_at: str
 
     def settlement(self) -> Settlement:
         """How it was settled, for a late reply (its wire form ``{status, decision?, reason?}``)."""
-        return Settlement(self.status, self.decision, self.reason)
+        return Settlement(self.status.value, self.decision, self.reason)
 
 
 @attrs.frozen
@@ -105,14 +104,14 @@ class Form:
     session_id: str
     call_id: str
     questions: list[Question]
-    status: FormStatus
+    status: FormStatus = attrs.field(converter=FormStatus)
     answers: dict[str, str] | None = None
     reason: StopReason | None = None
     created_at: str
 
     def settlement(self) -> Settlement:
         """How it was settled, for a late answer (its wire form ``{status, reason?}``)."""
-        return Settlement(self.status, None, self.reason)
+        return Settlement(self.status.value, None, self.reason)
 
 
 @attrs.frozen(kw_only=True)
@@ -139,7 +138,8 @@ class NestedCall:
     call_id: str
     name: str
     input: Any = None
-    status: str
+    # A call's status (``statuses.CallStatus``) as its plain word: it is carried as JSON as it is.
+    status: str = attrs.field(converter=str)
     output: Any = None
 
 

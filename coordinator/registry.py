@@ -13,7 +13,7 @@ from coordinator.actors.context import Runtime, Takeover
 from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
 from coordinator.logs import get_logger
-from coordinator.statuses import TurnStatus
+from coordinator.statuses import ClaimState, TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ClaimRow, InstanceRow, TurnRow
 
@@ -130,7 +130,12 @@ class Registry:
         turn, claim = await self._runtime.store.read(
             lambda reader: (reader.next_turn(session_id), reader.get_claim(session_id))
         )
-        if turn is None or turn.status != TurnStatus.STOPPING or claim is None or claim.state != "suspended":
+        if (
+            turn is None
+            or turn.status != TurnStatus.STOPPING
+            or claim is None
+            or claim.state != ClaimState.SUSPENDED
+        ):
             return
         if session_id in self._actors:
             return
@@ -220,7 +225,7 @@ def _takeover_of(
     # A suspended turn whose claim is held again is being resumed by that owner (between its claim
     # and its resume): taken only if that owner died, or live nodes would take it from each other
     # without end (design/model/ checks this).
-    suspended = claim is not None and claim.state == "suspended"
+    suspended = claim is not None and claim.state == ClaimState.SUSPENDED
     if not suspended and not liveness.owner_is_dead(owner, now):
         return None
     after = "shutdown" if turn.status == TurnStatus.SUSPENDED else "crash"

@@ -1,9 +1,11 @@
-"""The stored lifecycles: a turn's status, a tool call's (and a model step's), and a turn's parking.
+"""The stored lifecycles: a turn's status, a tool call's (and a model step's), a turn's parking, a
+permission request's, a question form's, and a session's claim.
 
 Each lifecycle is an enum whose values are exactly what the store holds (``turns.status``,
-``tool_calls.status``, ``steps.status``, ``turns.parked``), so a member compares equal to the stored
-word or number. Its ``_NEXT`` table says where each state may move, and ``state.transition(target)``
-raises ``InvalidTransition`` for any other move.
+``tool_calls.status``, ``steps.status``, ``turns.parked``, ``permission_requests.status``,
+``forms.status``, ``claims.state``), so a member compares equal to the stored word or number.
+Its ``_NEXT`` table says where each state may move, and ``state.transition(target)`` raises
+``InvalidTransition`` for any other move.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TypeVar
 from coordinator.errors import InvalidTransition
 
 # A state of any of the lifecycles (each move stays within one).
-State = TypeVar("State", "TurnStatus", "CallStatus", "Parked")
+State = TypeVar("State", "TurnStatus", "CallStatus", "Parked", "PermissionStatus", "FormStatus", "ClaimState")
 
 
 class TurnStatus(enum.StrEnum):
@@ -85,6 +87,73 @@ class Parked(enum.IntEnum):
         return _check("parking", _PARKED_NEXT, self, target)
 
 
+class PermissionStatus(enum.StrEnum):
+    """Where a permission request is in its life (``permission_requests.status``)."""
+
+    PENDING = "pending"  # asked; waits for a person's reply (kept pending across a shutdown)
+    REPLIED = "replied"  # a person replied (once, always or reject), or an always rule answered it
+    REVOKED = "revoked"  # a stop revoked it before any reply
+
+    def next_states(self) -> frozenset[PermissionStatus]:
+        """The states a request may move to from this one."""
+        return _PERMISSION_NEXT[self]
+
+    def transition(self, target: PermissionStatus) -> PermissionStatus:
+        """``target``, when a request may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("permission request", _PERMISSION_NEXT, self, target)
+
+
+class FormStatus(enum.StrEnum):
+    """Where a question form is in its life (``forms.status``)."""
+
+    PENDING = "pending"  # asked; waits for a person's answer (kept pending across a shutdown)
+    SUBMITTED = "submitted"  # answered
+    CANCELLED = "cancelled"  # dismissed, with a feedback message or without (a decline)
+    REVOKED = "revoked"  # a stop revoked it before any answer
+
+    def next_states(self) -> frozenset[FormStatus]:
+        """The states a form may move to from this one."""
+        return _FORM_NEXT[self]
+
+    def transition(self, target: FormStatus) -> FormStatus:
+        """``target``, when a form may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("form", _FORM_NEXT, self, target)
+
+
+class ClaimState(enum.StrEnum):
+    """Who may run a session's turns (``claims.state``)."""
+
+    HELD = "held"  # an instance runs (or ran: it died) the session's turn
+    SUSPENDED = "suspended"  # a shutdown suspended the turn, or a dead owner's turn was parked
+    RELEASED = "released"  # no turn runs: any instance may take the claim
+
+    def next_states(self) -> frozenset[ClaimState]:
+        """The states a claim may move to from this one."""
+        return _CLAIM_NEXT[self]
+
+    def transition(self, target: ClaimState) -> ClaimState:
+        """``target``, when a claim may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("claim", _CLAIM_NEXT, self, target)
+
+
+# A wait on a person of either kind that still waits (both lifecycles begin with the same word).
+PENDING_WAIT: frozenset[PermissionStatus | FormStatus] = frozenset(
+    {PermissionStatus.PENDING, FormStatus.PENDING}
+)
+
+
 _TURN_NEXT: dict[TurnStatus, frozenset[TurnStatus]] = {
     TurnStatus.QUEUED: frozenset({TurnStatus.RUNNING}),
     # Running again: a start takes over the turn of a dead owner (a crash), its status unchanged.
@@ -108,6 +177,29 @@ _PARKED_NEXT: dict[Parked, frozenset[Parked]] = {
     Parked.NOT_PARKED: frozenset({Parked.NOT_PARKED, Parked.PARKED}),
     Parked.PARKED: frozenset({Parked.NOT_PARKED, Parked.RELEASED}),
     Parked.RELEASED: frozenset({Parked.NOT_PARKED}),
+}
+
+
+_PERMISSION_NEXT: dict[PermissionStatus, frozenset[PermissionStatus]] = {
+    PermissionStatus.PENDING: frozenset({PermissionStatus.REPLIED, PermissionStatus.REVOKED}),
+    PermissionStatus.REPLIED: frozenset(),
+    PermissionStatus.REVOKED: frozenset(),
+}
+
+_FORM_NEXT: dict[FormStatus, frozenset[FormStatus]] = {
+    FormStatus.PENDING: frozenset({FormStatus.SUBMITTED, FormStatus.CANCELLED, FormStatus.REVOKED}),
+    FormStatus.SUBMITTED: frozenset(),
+    FormStatus.CANCELLED: frozenset(),
+    FormStatus.REVOKED: frozenset(),
+}
+
+_CLAIM_NEXT: dict[ClaimState, frozenset[ClaimState]] = {
+    ClaimState.RELEASED: frozenset({ClaimState.HELD}),
+    # Held again: a start takes over the claim of a dead owner (its epoch one more).
+    ClaimState.HELD: frozenset({ClaimState.HELD, ClaimState.SUSPENDED, ClaimState.RELEASED}),
+    # Taken over at a resume; or released with no owner between, when a parent's settlement settles
+    # a sub-agent's suspended turn.
+    ClaimState.SUSPENDED: frozenset({ClaimState.HELD, ClaimState.RELEASED}),
 }
 
 

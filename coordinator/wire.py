@@ -16,9 +16,13 @@ from typing import Any
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
-from coordinator import reasons, records
+from coordinator import reasons, records, statuses
 
 converter = cattrs.Converter(omit_if_default=True, forbid_extra_keys=True)
+
+# A record's stored status (a str enum) is its plain word on the wire, as the Literal it stands for.
+for _status in (statuses.PermissionStatus, statuses.FormStatus):
+    converter.register_unstructure_hook(_status, lambda status: status.value)
 
 
 def _register_tagged(classes: tuple[type[Any], ...], union: Any) -> None:

@@ -1,7 +1,7 @@
 """An OpenAI-compatible chat-completions endpoint on 127.0.0.1, served by hypercorn, for tests.
 
-``serve_model(replies)`` answers request i with ``replies[min(i, len-1)]`` (as the scripted model of
-contract section 8 does) or with ``replies(i, body)``, streams real OpenAI SSE chunks, and records every
+``serve_model(replies)`` answers request i with ``replies[min(i, len-1)]`` (as the scripted model
+does) or with ``replies(i, body)``, streams real OpenAI SSE chunks, and records every
 request it received. Any process that can reach the port may use it, including a coordinator subprocess.
 """
 
@@ -104,7 +104,7 @@ Replies = Callable[[int, dict[str, Any]], Reply] | Sequence[Reply | dict[str, An
 
 
 def reply_from_script(item: dict[str, Any]) -> Reply:
-    """A reply from a contract section 8 script item: ``{"text"}`` or ``{"tool_calls"}``, ``delay``."""
+    """A reply from a scripted model's item: ``{"text"}`` or ``{"tool_calls"}``, ``delay``."""
     delay = float(item.get("delay", 0))
     if "tool_calls" in item:
         calls = tuple(Call(id=c["id"], name=c["name"], input=c.get("input", {})) for c in item["tool_calls"])

@@ -81,7 +81,7 @@ def write_config(
     permission: Sequence[Mapping[str, str]] = ASK_SHELL_RULES,
     plugins: Sequence[str] = (),
 ) -> Path:
-    """Write a config file (contract section 2) whose model is the OpenAI-compatible ``model_url``.
+    """Write a config file whose model is the OpenAI-compatible ``model_url``.
 
     ``server`` and ``timeouts`` hold keys of those tables; the shutdown grace defaults to 5 seconds so a
     stuck shutdown fails a test quickly. ``plugins`` are ``[[plugin]]`` entries (``module:attribute``,

@@ -49,7 +49,7 @@ def test_an_event_is_exactly_its_contract_json() -> None:
 
 
 def test_the_testing_module_exports_exactly_its_names() -> None:
-    """Contract section 15: what a user's tests and plugins import from ``coordinator.testing``."""
+    """What a user's tests and plugins import from ``coordinator.testing``, and nothing more."""
     import attrs
 
     from coordinator import testing
@@ -64,7 +64,8 @@ def test_the_testing_module_exports_exactly_its_names() -> None:
 
 
 def test_the_chaos_command_takes_the_users_files() -> None:
-    """``coordinator chaos --config FILE [--script FILE] [--runs N] [--seed S] [--jobs J]`` (section 15)."""
+    """``coordinator chaos --config FILE [--script FILE] [--runs N] [--seed S] [--jobs J]``: a user's
+    chaos campaign over their own files."""
     from coordinator.cli import build_parser
 
     args = build_parser().parse_args(

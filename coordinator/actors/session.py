@@ -29,6 +29,7 @@ from coordinator.errors import Fenced, StoreError
 from coordinator.ids import new_id
 from coordinator.logs import get_logger
 from coordinator.reasons import Failure, StopReason, Timeout
+from coordinator.statuses import TurnStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
 
@@ -144,7 +145,7 @@ async def _begin(
     Returns the scope and the turn as that transaction read it: another instance may have started,
     or even settled, the turn since it was read (design/model/README.md, finding 2).
     """
-    if turn.status != "queued" and takeover is None:
+    if turn.status != TurnStatus.QUEUED and takeover is None:
         log.info("turn_left_to_its_owner", turn_id=turn.id, status=turn.status)
         return None
     begun = await runtime.store.write(functools.partial(_claim, runtime.instance_id, turn, takeover))
@@ -181,7 +182,7 @@ def _claim(
         log.info("claim_held_elsewhere", turn_id=turn_id)
         return None
     if takeover is None:
-        tx.set_turn_status(turn_id, "running")
+        tx.set_turn_status(turn_id, TurnStatus.RUNNING)
         message_id = new_id("msg")
         tx.insert_message(message_id, current.session_id, turn_id, "user", since)
         tx.add_text_part(message_id, current.prompt)
@@ -191,7 +192,10 @@ def _claim(
 
 # The statuses a turn may still have when its claim is taken: queued for a start, unfinished for a
 # takeover (a turn settled meanwhile must not be settled twice).
-_STARTABLE = {False: frozenset({"queued"}), True: frozenset({"running", "stopping", "suspended"})}
+_STARTABLE = {
+    False: frozenset({TurnStatus.QUEUED}),
+    True: frozenset({TurnStatus.RUNNING, TurnStatus.STOPPING, TurnStatus.SUSPENDED}),
+}
 
 
 async def _execute(

@@ -17,11 +17,12 @@ from typing import Any
 import attrs
 
 from coordinator import events, wire
-from coordinator.actors import stops
+from coordinator.actors import revocation, stops
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, ParentLink, StopReason
 from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
+from coordinator.statuses import CallStatus, ClaimState, FormStatus, PermissionStatus, StepStatus, TurnStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import Tool, capabilities_of
@@ -69,15 +70,16 @@ def restorable(read: Reader, call: ToolCallRow) -> bool:
         return True
     request = read.permission_of_call(session_id, call_id, pending=False)
     if request is not None:
-        return request.status == "replied" and not read.tool_started(session_id, call_id)
+        return request.status == PermissionStatus.REPLIED and not read.tool_started(session_id, call_id)
     form = read.form_of_call(session_id, call_id, pending=False)
-    return form is not None and form.status in ("submitted", "cancelled")
+    return form is not None and form.status in (FormStatus.SUBMITTED, FormStatus.CANCELLED)
 
 
 def restored_request(read: Reader, call: ToolCallRow) -> PermissionRequest | None:
     """The permission request a restorable call restores: pending (asked again) or replied (applied)."""
     request = read.permission_of_call(call.session_id, call.call_id, pending=False)
-    return request if request is not None and request.status in ("pending", "replied") else None
+    restorable = (PermissionStatus.PENDING, PermissionStatus.REPLIED)
+    return request if request is not None and request.status in restorable else None
 
 
 def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> bool:
@@ -92,11 +94,11 @@ def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> boo
 def revoke_waits_of_call(tx: Transaction, session_id: str, call_id: str, reason: StopReason) -> None:
     """Revoke the call's pending permission request and form, each with one event."""
     request = tx.permission_of_call(session_id, call_id, pending=True)
-    if request is not None and tx.revoke_permission(request.id, reason):
-        tx.emit(events.permission_revoked(request, reason))
+    if request is not None:
+        revocation.revoke_permission(tx, request, reason)
     form = tx.form_of_call(session_id, call_id, pending=True)
-    if form is not None and tx.settle_form(form.id, "revoked", reason=reason):
-        tx.emit(events.form_revoked(form, reason))
+    if form is not None:
+        revocation.revoke_form(tx, form, reason)
 
 
 def settle_call(
@@ -128,7 +130,7 @@ def settle_call(
         settle_sub_agent_turn(tx, call, stopped_for, tools=tools)
     if tool is None or tool.capabilities.runs_nested_calls:
         children = [c for c in tx.tool_calls_of_turn(call.turn_id) if c.parent_call_id == call.call_id]
-        fail_calls(tx, [c for c in children if c.status == "running"], leftover, tools=tools)
+        fail_calls(tx, [c for c in children if c.status == CallStatus.RUNNING], leftover, tools=tools)
     if waits:
         revoke_waits_of_call(tx, call.session_id, call.call_id, leftover)
     if not tx.settle_tool_call(call.session_id, call.call_id, output=output, error=error, partial=partial):
@@ -173,10 +175,10 @@ def stored_partial(tx: Transaction, call: ToolCallRow, tools: Mapping[str, Tool]
             name=c.name,
             input=c.input,
             status=c.status,
-            output=preview(c.output) if c.status == "succeeded" else _error_body(c.error),
+            output=preview(c.output) if c.status == CallStatus.SUCCEEDED else _error_body(c.error),
         )
         for c in children
-        if c.status in ("succeeded", "failed")
+        if c.status in (CallStatus.SUCCEEDED, CallStatus.FAILED)
     ]
     logs = tx.logged_lines(call.session_id, call.call_id)
     done_nothing = not finished and not logs and call.progress is None
@@ -206,7 +208,7 @@ def settle_sub_agent_turn(
     crash (or a failed commit) left, e.g. a parent's stop settled at the next start.
     """
     sub_turn = tx.turn_of_task_call(call.session_id, call.call_id)
-    if sub_turn is None or sub_turn.status == "settled":
+    if sub_turn is None or sub_turn.status == TurnStatus.SETTLED:
         return
     link = ParentLink(session_id=call.session_id, call_id=call.call_id)
     sub_reason = stops.sub_agent_reason(sub_turn, stopped_for, link)
@@ -218,8 +220,8 @@ def end_turn(tx: Transaction, session_id: str, turn_id: str, reason: StopReason)
     """A stopped turn's terminal event, then its claim suspended (shutdown) or released with idle."""
     tx.emit(events.execution_terminal(session_id, turn_id, reason))
     if reason.resumable:
-        tx.settle_turn(turn_id, "suspended", reason, None)
-        tx.set_claim_state(session_id, "suspended")
+        tx.settle_turn(turn_id, TurnStatus.SUSPENDED, reason, None)
+        tx.set_claim_state(session_id, ClaimState.SUSPENDED)
     else:
         assert reason.outcome is not None
         finish_turn(tx, session_id, turn_id, reason.outcome, reason)
@@ -230,8 +232,8 @@ def finish_turn(
 ) -> None:
     """Settle the turn with ``outcome``, release the claim, and publish ``session.idle``."""
     tx.sync_soon()  # a person, or a parent's call, waits for the idle
-    tx.settle_turn(turn_id, "settled", reason, outcome)
-    tx.set_claim_state(session_id, "released")
+    tx.settle_turn(turn_id, TurnStatus.SETTLED, reason, outcome)
+    tx.set_claim_state(session_id, ClaimState.RELEASED)
     tx.set_last_outcome(session_id, outcome)
     tx.emit(events.session_idle(session_id, turn_id, outcome))
 
@@ -277,7 +279,7 @@ def _fail_running_step(
     kept = keep or _kept_for(tx, reason)
     fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)
     keep_partial_text(tx, session_id, turn_id, partial_text, reason)
-    tx.settle_step(step_id, "failed", reason)
+    tx.settle_step(step_id, StepStatus.FAILED, reason)
     tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))
 
 
@@ -323,11 +325,11 @@ def sweep(
     running = children_first(tx.running_calls_of_turn(turn_id))
     kept_ids = {c.call_id for c in running if kept(c)}
     for request in tx.pending_permissions(turn_id=turn_id):
-        if request.call_id not in kept_ids and tx.revoke_permission(request.id, reason):
-            tx.emit(events.permission_revoked(request, reason))
+        if request.call_id not in kept_ids:
+            revocation.revoke_permission(tx, request, reason)
     for form in tx.pending_forms(turn_id=turn_id):
-        if form.call_id not in kept_ids and tx.settle_form(form.id, "revoked", reason=reason):
-            tx.emit(events.form_revoked(form, reason))
+        if form.call_id not in kept_ids:
+            revocation.revoke_form(tx, form, reason)
     fail_calls(tx, [call for call in running if call.call_id not in kept_ids], reason, error, tools=tools)
     for step_id in tx.running_steps(turn_id):
         # From this process's memory, else what a dead one saved (a stop settled at the next start).
@@ -358,7 +360,7 @@ def recover(tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[st
     """
     recovered = Recovered()
     for call in tx.tool_calls_of_turn(turn_id):
-        if call.status != "running":
+        if call.status != CallStatus.RUNNING:
             continue
         if restorable(tx, call):
             recovered.restorable.append((call, restored_request(tx, call)))

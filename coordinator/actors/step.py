@@ -31,6 +31,7 @@ from coordinator.logs import get_logger
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import Rule, StepMessage, StepToolCall
+from coordinator.statuses import CallStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import StoredMessage, ToolCallRow
 from coordinator.tracing import ActorSpan
@@ -262,7 +263,7 @@ def _start_call(
         model_call_id=model_call.id,
         name=model_call.name,
         input=model_call.input,
-        status="running",
+        status=CallStatus.RUNNING,
         output=None,
         error=None,
         partial=None,

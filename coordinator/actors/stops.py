@@ -32,6 +32,7 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.errors import Fenced, ToolFailure
 from coordinator.logs import get_logger
 from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason, from_parent
+from coordinator.statuses import TurnStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import TurnRow
 
@@ -106,7 +107,12 @@ def apply(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
 
 def apply_committed(live: TurnScope, row: TurnRow | None) -> None:
     """Apply to a live turn a stop another process (or a crashed predecessor) committed for it."""
-    if live.handle.reason is None and row is not None and row.status == "stopping" and row.stop_reason:
+    if (
+        live.handle.reason is None
+        and row is not None
+        and row.status == TurnStatus.STOPPING
+        and row.stop_reason
+    ):
         live.handle.stop(row.stop_reason)
 
 
@@ -168,7 +174,7 @@ def sub_agent_reason(sub_turn: TurnRow, stopped_for: StopReason | None, link: Pa
     settles with: its own committed stop if it has one, else the call's stop with ``parent`` naming
     the call, else (the call ended without a stop, and the sub-agent's settlement was lost) a failure
     of its own."""
-    if sub_turn.status == "stopping" and sub_turn.stop_reason is not None:
+    if sub_turn.status == TurnStatus.STOPPING and sub_turn.stop_reason is not None:
         return sub_turn.stop_reason
     if stopped_for is not None:
         return from_parent(stopped_for, link)
@@ -186,7 +192,7 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
     the intent itself, the two are the same reason.
     """
     row = tx.get_turn(turn_id)
-    if row is not None and row.status == "stopping" and row.stop_reason is not None:
+    if row is not None and row.status == TurnStatus.STOPPING and row.stop_reason is not None:
         return row.stop_reason
     return reason
 
@@ -194,7 +200,7 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
 def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:
     """The stop a turn found unfinished at a start settles with instead of resuming, if any: one
     decided before the crash or shutdown, or ``max_resumes`` reached."""
-    if row.status == "stopping":
+    if row.status == TurnStatus.STOPPING:
         assert row.stop_reason is not None
         return row.stop_reason
     if row.resumes >= max_resumes:

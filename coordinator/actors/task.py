@@ -33,6 +33,7 @@ from coordinator.ids import new_id
 from coordinator.logs import get_logger
 from coordinator.reasons import Declined, ParentLink, tool_error_of_outcome
 from coordinator.records import Message, TextPart
+from coordinator.statuses import TurnStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow, TurnRow
 
@@ -73,7 +74,7 @@ async def run(
         await _run_inside(run_turn, running, link, scope, sub_turn, None)
     else:
         started(sub_turn.session_id)
-        if sub_turn.status != "settled":
+        if sub_turn.status != TurnStatus.SETTLED:
             scope, sub_turn, takeover = await _take_over(runtime, sub_turn)
             await _run_inside(run_turn, running, link, scope, sub_turn, takeover)
     if runtime.wake is not None:
@@ -109,7 +110,7 @@ async def _begin(
         epoch = tx.acquire_claim(child_id, runtime.instance_id, since, takeover_from=None)
         if epoch == 0:
             raise ToolFailure(type="error", message=f"the sub-agent session {child_id} is busy with a turn")
-        tx.set_turn_status(turn_id, "running")
+        tx.set_turn_status(turn_id, TurnStatus.RUNNING)
         message_id = new_id("msg")
         tx.insert_message(message_id, child_id, turn_id, "user", since)
         tx.add_text_part(message_id, prompt)
@@ -140,12 +141,12 @@ async def _take_over(runtime: Runtime, sub_turn: TurnRow) -> tuple[TurnScope, Tu
     """Claim a sub-agent turn a previous process left (suspended, crashed, or stopping), to resume it."""
     claim = await runtime.store.read(lambda reader: reader.get_claim(sub_turn.session_id))
     previous = None if claim is None else claim.owner
-    after = "shutdown" if sub_turn.status == "suspended" else "crash"
+    after = "shutdown" if sub_turn.status == TurnStatus.SUSPENDED else "crash"
 
     def take(tx: Transaction) -> tuple[TurnRow, int]:
         current = tx.get_turn(sub_turn.id)
         assert current is not None
-        if current.status not in ("running", "stopping", "suspended"):
+        if current.status not in (TurnStatus.RUNNING, TurnStatus.STOPPING, TurnStatus.SUSPENDED):
             return current, 0
         return current, tx.acquire_claim(
             current.session_id, runtime.instance_id, now_rfc3339(), takeover_from=previous
@@ -212,7 +213,7 @@ async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[
         history = await turn.runtime.store.read(lambda reader: reader.history(row.session_id))
         return {"session_id": row.session_id, "text": last_text(history, row)}
     reason = row.stop_reason
-    if row.status != "settled" or reason is None or reason.parent is not None:
+    if row.status != TurnStatus.SETTLED or reason is None or reason.parent is not None:
         # Stopped (or suspended) because the parent's turn stopped: so does this call, with that reason.
         await trio.lowlevel.checkpoint()
         raise ToolFailure(type="error", message=f"the sub-agent's turn {row.id} ended as its parent's stop")

@@ -29,6 +29,7 @@ from coordinator.errors import Fenced, ToolFailure
 from coordinator.logs import get_logger
 from coordinator.reasons import StopReason, Timeout
 from coordinator.records import Partial, PermissionRequest, Rule, ToolError
+from coordinator.statuses import CallStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools.base import CallResult, Capabilities, Tool, ToolContext, capabilities_of
@@ -110,7 +111,7 @@ async def run(
             # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
             # stop's, on the span as in the wait and step spans around it.
             span.failed(error.type, error.message, stopped_for=stopped_for)
-            return CallResult(call_id=call.call_id, status="failed", error=error)
+            return CallResult(call_id=call.call_id, status=CallStatus.FAILED, error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
                 await _settle_stopped(turn, handle, call, context, capabilities)
@@ -118,7 +119,7 @@ async def run(
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output, last=siblings is not None and siblings.running == 1)
         span.succeeded()
-        return CallResult(call_id=call.call_id, status="succeeded", output=output)
+        return CallResult(call_id=call.call_id, status=CallStatus.SUCCEEDED, output=output)
     raise AssertionError("a tool call's own scope is never stopped alone")
 
 

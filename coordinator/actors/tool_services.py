@@ -19,6 +19,7 @@ from coordinator.actors.settlement import preview
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
 from coordinator.records import NestedCall, Question
+from coordinator.statuses import CallStatus, FormStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools import execute_script
@@ -107,7 +108,7 @@ class _Services:
         asking = wait.QuestionWait(questions=questions)
         restorable = call.parent_call_id is None
         form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
-        if form.status == "submitted":
+        if form.status == FormStatus.SUBMITTED:
             return FormReply(answers=dict(form.answers or {}))
         row = await turn.runtime.store.read(lambda reader: reader.form_wait_row(form.id))
         return FormReply(answers=None, message=None if row is None else row.message)
@@ -161,7 +162,7 @@ async def _start_nested(
         model_call_id=None,
         name=name,
         input=input,
-        status="running",
+        status=CallStatus.RUNNING,
         output=None,
         error=None,
         partial=None,
@@ -181,7 +182,7 @@ async def _record_nested(
     turn: TurnScope, context: ToolContext, nested: ToolCallRow, result: CallResult
 ) -> None:
     """Add a settled nested call to the caller's finished calls and publish it as progress."""
-    output = preview(result.output) if result.status == "succeeded" else _error_body(result)
+    output = preview(result.output) if result.status == CallStatus.SUCCEEDED else _error_body(result)
     finished = NestedCall(
         call_id=nested.call_id, name=nested.name, input=nested.input, status=result.status, output=output
     )

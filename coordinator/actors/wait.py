@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from coordinator import clock, events, tracing
-from coordinator.actors import stops
+from coordinator.actors import revocation, stops
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope, Waiter
 from coordinator.actors.handle import ActorHandle
 from coordinator.clock import now_rfc3339
@@ -31,6 +31,7 @@ from coordinator.ids import new_id
 from coordinator.logs import get_logger
 from coordinator.reasons import Declined, StopReason, Timeout
 from coordinator.records import Decision, Form, PermissionRequest, Question
+from coordinator.statuses import PENDING_WAIT, FormStatus, PermissionStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import WaitRow
 from coordinator.tracing import ActorSpan, Tracing
@@ -161,7 +162,7 @@ async def _open(turn: TurnScope, kind: WaitKind[Asked, Any], call_id: str) -> _O
             return _Opened(asked, deadline_at)
         # A pending wait is shown again; one answered while no wait was live is returned as it is
         # by the wait (``_answered_meanwhile``), never asked again.
-        if kept.status == "pending":
+        if kept.status in PENDING_WAIT:
             tx.emit(kind.asked(kept, restored=True))
         wait = kind.wait_row(tx, kept)
         answered = kind.answered(tx, kept)
@@ -247,7 +248,11 @@ class PermissionWait:
     restore: PermissionRequest | None
 
     def answered_at_restore(self) -> PermissionRequest | None:
-        return self.restore if self.restore is not None and self.restore.status == "replied" else None
+        return (
+            self.restore
+            if self.restore is not None and self.restore.status == PermissionStatus.REPLIED
+            else None
+        )
 
     def kept(self, tx: Transaction, session_id: str, call_id: str) -> PermissionRequest | None:
         # As it is now: a reply may have landed since the resume read it (another node's, say), and a
@@ -263,7 +268,7 @@ class PermissionWait:
             call_id=call_id,
             action=self.action,
             resource=self.resource,
-            status="pending",
+            status=PermissionStatus.PENDING,
             created_at=now_rfc3339(),
         )
 
@@ -280,7 +285,11 @@ class PermissionWait:
 
     def answered(self, read: Reader, asked: PermissionRequest) -> PermissionRequest | None:
         current = read.get_permission(asked.id)
-        replied = current is not None and current.status == "replied" and current.decision is not None
+        replied = (
+            current is not None
+            and current.status == PermissionStatus.REPLIED
+            and current.decision is not None
+        )
         return current if replied else None
 
     def answer_of(
@@ -301,8 +310,7 @@ class PermissionWait:
         span.set(tracing.PERMISSION_DECISION, answer.decision)
 
     def revoke(self, tx: Transaction, asked: PermissionRequest, reason: StopReason) -> None:
-        if tx.revoke_permission(asked.id, reason):
-            tx.emit(events.permission_revoked(asked, reason))
+        revocation.revoke_permission(tx, asked, reason)
 
 
 @attrs.frozen(kw_only=True)
@@ -325,7 +333,7 @@ class QuestionWait:
 
     def kept(self, tx: Transaction, session_id: str, call_id: str) -> Form | None:
         latest = tx.form_of_call(session_id, call_id, pending=False)
-        return latest if latest is not None and latest.status != "revoked" else None
+        return latest if latest is not None and latest.status != FormStatus.REVOKED else None
 
     def new(self, session_id: str, call_id: str) -> Form:
         return Form(
@@ -333,7 +341,7 @@ class QuestionWait:
             session_id=session_id,
             call_id=call_id,
             questions=self.questions,
-            status="pending",
+            status=FormStatus.PENDING,
             created_at=now_rfc3339(),
         )
 
@@ -348,10 +356,10 @@ class QuestionWait:
 
     def answered(self, read: Reader, asked: Form) -> Form | None:
         current = read.get_form(asked.id)
-        return current if current is not None and current.status != "pending" else None
+        return current if current is not None and current.status != FormStatus.PENDING else None
 
     def answer_of(self, answered: Form, wait: WaitRow | None) -> tuple[Form, StopReason | None]:
-        dismissed = answered.status == "cancelled" and (wait is None or not wait.message)
+        dismissed = answered.status == FormStatus.CANCELLED and (wait is None or not wait.message)
         return answered, Declined.by_form(answered.call_id) if dismissed else None
 
     def span(
@@ -360,8 +368,7 @@ class QuestionWait:
         return spans.question_wait(asked, source)
 
     def trace_answer(self, span: ActorSpan, answer: Form) -> None:
-        span.set(tracing.FORM_STATUS, answer.status)
+        span.set(tracing.FORM_STATUS, answer.status.value)
 
     def revoke(self, tx: Transaction, asked: Form, reason: StopReason) -> None:
-        if tx.settle_form(asked.id, "revoked", reason=reason):
-            tx.emit(events.form_revoked(asked, reason))
+        revocation.revoke_form(tx, asked, reason)

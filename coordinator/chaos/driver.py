@@ -24,6 +24,7 @@ from coordinator.chaos.watch import CommitWatch, live_tasks
 from coordinator.chaos.world import ChaosModel, World
 from coordinator.reasons import Timeout
 from coordinator.records import Form, PermissionRequest
+from coordinator.statuses import PENDING_WAIT, TurnStatus
 
 # Bounds in trio (mock) seconds: a phase that does not end is stuck; the driver looks around at least
 # this often while nothing happens, to notice a session wedged by a failed commit.
@@ -139,13 +140,16 @@ class Driver:
     def _all_settled(self) -> bool:
         read = self.watch.view
         return all(
-            (row := read.get_turn(t)) is not None and row.status == "settled" for t in self.record.turns
+            (row := read.get_turn(t)) is not None and row.status == TurnStatus.SETTLED
+            for t in self.record.turns
         )
 
     def _unsettled(self) -> dict[str, str]:
         read = self.watch.view
         rows = {t: read.get_turn(t) for t in self.record.turns}
-        return {t: row.status for t, row in rows.items() if row is not None and row.status != "settled"}
+        return {
+            t: row.status for t, row in rows.items() if row is not None and row.status != TurnStatus.SETTLED
+        }
 
     def _wedged(self) -> bool:
         """No unsettled turn has had a session actor for a while (the watch restarts queued turns in 1s).
@@ -264,7 +268,7 @@ class Driver:
         reason = park.turn.handle.reason if row is not None and park.turn.turn_id == row.id else None
         if reason is not None and not reason.resumable:
             return
-        if row is None or row.status not in ("stopping", "settled"):
+        if row is None or row.status not in (TurnStatus.STOPPING, TurnStatus.SETTLED):
             status = None if row is None else row.status
             message = f"the decline of {wait_id} was accepted, but its turn is {status}: nothing will stop it"
             self.record.violate(1, message)
@@ -285,7 +289,7 @@ class Driver:
             return ("form", forms[-1].id, True)
         for kind, wait_id in reversed(self.record.asked.get(park.turn.session_id, [])):
             found = read.get_permission(wait_id) if kind == "permission" else read.get_form(wait_id)
-            if found is not None and found.status != "pending":
+            if found is not None and found.status not in PENDING_WAIT:
                 return (kind, wait_id, False)
         return None
 

@@ -33,6 +33,10 @@ from coordinator.chaos.timeline import (
 from coordinator.events import Event
 from coordinator.models.base import ChatMessage
 from coordinator.reasons import REASONLESS, reason_class
+from coordinator.statuses import ClaimState, TurnStatus
+
+# How a turn found unfinished is resumed (its ``session.execution.resumed``'s ``after``).
+_RESUMED_AFTER = {TurnStatus.SUSPENDED: "shutdown", TurnStatus.RUNNING: "crash"}
 
 
 def check_run(
@@ -136,21 +140,23 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
                 if s == session_id and (row := phase.view.turns.get(turn_id)) is not None
             }
             claim = phase.view.claims.get(session_id)
-            state = "released" if claim is None else claim.state
-            expected = "released"
+            state = ClaimState.RELEASED if claim is None else claim.state
+            expected = ClaimState.RELEASED
             left = _left_for_its_parent(
                 record, phase.view, session_id, None if claim is None else claim.owner
             )
-            if statuses & {"running", "stopping"}:
-                expected = "held"
+            if statuses & {TurnStatus.RUNNING, TurnStatus.STOPPING}:
+                expected = ClaimState.HELD
                 if phase.end not in ("crash", "failed") and not phase.store_failed and not left:
                     found.append(
                         Violation(2, f"phase {phase.number} ended {phase.end} with {session_id} running")
                     )
-            elif "suspended" in statuses:
-                expected = "suspended"
-                if phase.end in ("crash", "failed") and state == "held":
-                    expected = "held"  # taken over by this coordinator, which crashed before resuming it
+            elif TurnStatus.SUSPENDED in statuses:
+                expected = ClaimState.SUSPENDED
+                if phase.end in ("crash", "failed") and state == ClaimState.HELD:
+                    expected = (
+                        ClaimState.HELD
+                    )  # taken over by this coordinator, which crashed before resuming it
             if state != expected:
                 found.append(
                     Violation(
@@ -158,7 +164,7 @@ def check_claims(record: RunRecord, view: StoreView) -> list[Violation]:
                     )
                 )
             elif (
-                expected == "held"
+                expected == ClaimState.HELD
                 and claim is not None
                 and claim.owner != phase.instance_id
                 and not _left_for_its_parent(record, phase.view, session_id, claim.owner)
@@ -199,7 +205,7 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
         for turn_id in record.turns:
             row = before.view.turns.get(turn_id)
             status = None if row is None else row.status
-            expected = {"suspended": "shutdown", "running": "crash"}.get(status or "")
+            expected = None if status is None else _RESUMED_AFTER.get(status)
             for after in ("shutdown", "crash"):
                 want, got = int(expected == after), counts[(turn_id, after)]
                 # A takeover whose resumption could not be committed (an injected store failure) fails;
@@ -207,7 +213,7 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
                 # restart resumes the turn (still running, or suspended again).
                 after_row = phase.view.turns.get(turn_id)
                 cut_short = phase.end in ("crash", "failed", "stuck", "shutdown") and (
-                    after_row is not None and after_row.status in ("running", "suspended")
+                    after_row is not None and after_row.status in (TurnStatus.RUNNING, TurnStatus.SUSPENDED)
                 )
                 failed = phase.store_failed and turn_id in record.failed_turns
                 # A stop at the very start of the takeover settles the turn before it resumes.
@@ -223,7 +229,7 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
                             f"({before.end}); resumed after {after} {got} time(s), expected {want}",
                         )
                     )
-            if row is not None and row.status == "stopping":
+            if row is not None and row.status == TurnStatus.STOPPING:
                 found += _settled_as(view, turn_id, reason_dict(row.stop_reason))
     return found
 
@@ -269,7 +275,7 @@ def check_log(record: RunRecord, view: StoreView) -> list[Violation]:
     found += [Violation(7, f"step {s} has {n - 1} settlement events") for s, n in steps.items() if n != 2]
     found += [Violation(7, f"{t} has steps still running: {s}") for t, s in view.running_steps.items() if s]
     for turn_id, row in view.turns.items():
-        if row.status != "settled":
+        if row.status != TurnStatus.SETTLED:
             found.append(Violation(7, f"{turn_id} is {row.status} at the end"))
     found += _idle(record, view)
     found += _after_terminal(view)

@@ -33,6 +33,7 @@ from coordinator.chaos.nodes import Cluster, Life, open_cluster
 from coordinator.chaos.process_chaos import orphans
 from coordinator.chaos.record import PhaseRecord, RunRecord, Violation, read_view
 from coordinator.chaos.settling import check_calls, check_stop_order, check_waits
+from coordinator.statuses import ClaimState, TurnStatus
 from coordinator.store.postgres import (
     create_scratch_database,
     drop_scratch_database,
@@ -236,7 +237,9 @@ def _target(cluster: Cluster, fault: NodeFault, url: str) -> Life:
     if fault.busiest:
         with open_snapshot(url) as read:
             owners = [
-                c.owner for s in read.list_sessions() if (c := read.get_claim(s.id)) and c.state == "held"
+                c.owner
+                for s in read.list_sessions()
+                if (c := read.get_claim(s.id)) and c.state == ClaimState.HELD
             ]
         held = {life: owners.count(life.instance_id) for life in lives}
         if held and max(held.values()) > 0:
@@ -251,7 +254,7 @@ async def _until_settled(record: RunRecord, url: str) -> None:
             with open_snapshot(url) as read:
                 record.discover(read)
                 rows = [read.get_turn(t) for t in record.turns]
-            if all(row is not None and row.status == "settled" for row in rows):
+            if all(row is not None and row.status == TurnStatus.SETTLED for row in rows):
                 return
             await trio.sleep(POLL_SECONDS * 2)
     record.violate(1, f"the turns did not all settle within {SETTLE_SECONDS:g}s of the last fault")
@@ -339,11 +342,7 @@ def _counts(record: RunRecord, url: str, folder: Path, applied: list[tuple[str, 
     counts["turns"] = len(record.turns)
     counts["events"] = len(view.events)
     counts["resumed"] = sum(1 for e in view.events if e.type == "session.execution.resumed")
-    counts["takeovers"] = sum(
-        1
-        for row in audit
-        if row.kind == "claim" and row.state == "held" and row.old_state in ("held", "suspended")
-    )
+    counts["takeovers"] = sum(1 for row in audit if node_checks.is_takeover(row))
     counts["counted_starts"] = len(_starts(folder))
     counts["interrupted"] = sum(1 for e in view.events if e.type == "session.execution.interrupted")
     return counts

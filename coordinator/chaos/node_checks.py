@@ -23,6 +23,7 @@ import attrs
 
 from coordinator.chaos.record import StoreView, Violation
 from coordinator.chaos.timeline import RESUMED, SUSPENDED, turn_of
+from coordinator.statuses import ClaimState
 from coordinator.store.postgres import AuditRow
 
 # Events a node commits for a decision it took (any node answers any route): no claim needed.
@@ -128,7 +129,7 @@ def check_fenced_writes(audit: Sequence[AuditRow], name: Namer) -> list[Violatio
             if row.event_type in DECISIONS or row.session_id is None:
                 continue
             owner, epoch, state = _claim_seen(row, before.get(session), taken.get(session))
-            if owner != row.writer or state != "held":
+            if owner != row.writer or state != ClaimState.HELD:
                 found.append(
                     Violation(
                         9,
@@ -158,7 +159,7 @@ def tenures(audit: Sequence[AuditRow]) -> dict[int, tuple[str, int | None]]:
 
 def _takes(row: AuditRow) -> bool:
     """A claim change by which its writer takes the claim (a start or a takeover)."""
-    return row.state == "held" and row.owner == row.writer and row.epoch != row.old_epoch
+    return row.state == ClaimState.HELD and row.owner == row.writer and row.epoch != row.old_epoch
 
 
 def _by_transaction(audit: Iterable[AuditRow]) -> dict[int, list[AuditRow]]:
@@ -177,7 +178,7 @@ def _claim_seen(
         return taken.owner, taken.epoch, taken.state
     if first_change is not None and first_change.id < event.id:
         if first_change.old_state is None:  # the row was inserted, released, by this transaction
-            return None, 0, "released"
+            return None, 0, ClaimState.RELEASED
         return first_change.old_owner, first_change.old_epoch, first_change.old_state
     return event.owner, event.epoch, event.state
 
@@ -234,7 +235,7 @@ def _holder(claims: Sequence[AuditRow], session_id: str, at: float) -> str | Non
     holder = None
     for row in claims:
         if row.session_id == session_id and row.at <= at:
-            holder = row.owner if row.state == "held" else None
+            holder = row.owner if row.state == ClaimState.HELD else None
     return holder
 
 
@@ -245,9 +246,9 @@ def check_takeovers(
     found: list[Violation] = []
     by_instance = {life.instance_id: life for life in lives}
     for row in audit:
-        if row.kind != "claim" or row.old_state != "held" or row.old_owner in (None, row.owner):
+        if row.kind != "claim" or row.old_state != ClaimState.HELD or row.old_owner in (None, row.owner):
             continue
-        if row.state != "held":
+        if row.state != ClaimState.HELD:
             continue
         owner = by_instance.get(row.old_owner or "")
         if owner is None or not _was_down(owner, row.at, lease):
@@ -269,15 +270,20 @@ def _was_down(life: LifeRecord, at: float, lease: float) -> bool:
     return any(stopped + lease / 2 <= at <= continued + lease for stopped, continued in life.paused)
 
 
+def is_takeover(row: AuditRow) -> bool:
+    """A claim held again after it was held (by a dead owner) or suspended: a takeover."""
+    return (
+        row.kind == "claim"
+        and row.state == ClaimState.HELD
+        and row.old_state in (ClaimState.HELD, ClaimState.SUSPENDED)
+    )
+
+
 def check_resumes(audit: Sequence[AuditRow], view: StoreView) -> list[Violation]:
     """3: a resumption follows a takeover, at most one a takeover, after what the turn went through."""
     found: list[Violation] = []
     epochs = {row.seq: (row.session_id, row.epoch) for row in audit if row.kind == "event"}
-    taken = {
-        (row.session_id, row.epoch)
-        for row in audit
-        if row.kind == "claim" and row.state == "held" and row.old_state in ("held", "suspended")
-    }
+    taken = {(row.session_id, row.epoch) for row in audit if is_takeover(row)}
     counts: Counter[tuple[str, Any]] = Counter()
     last: dict[str, str] = {}
     for event in view.events:
@@ -314,5 +320,5 @@ def check_released(view: StoreView) -> list[Violation]:
     return [
         Violation(2, f"{session_id}'s claim is {claim.state} by {claim.owner} at the end")
         for session_id, claim in view.claims.items()
-        if claim is not None and claim.state != "released"
+        if claim is not None and claim.state != ClaimState.RELEASED
     ]

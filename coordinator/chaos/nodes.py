@@ -28,6 +28,7 @@ from coordinator import errors
 from coordinator.chaos.process_chaos import environment
 from coordinator.chaos.tools import STARTS_ENV
 from coordinator.client import CoordinatorClient
+from coordinator.statuses import ClaimState
 from coordinator.store.postgres import open_snapshot, read_instances
 
 START_SECONDS = 60.0  # for a node to print where it listens (three start at once on a loaded machine)
@@ -247,7 +248,9 @@ class Cluster:
         """The sessions whose claim ``life`` holds, in the store now."""
         with open_snapshot(self.db) as read:
             claims = [read.get_claim(s.id) for s in read.list_sessions()]
-        return {c.session_id for c in claims if c and c.state == "held" and c.owner == life.instance_id}
+        return {
+            c.session_id for c in claims if c and c.state == ClaimState.HELD and c.owner == life.instance_id
+        }
 
     async def stop_all(self) -> None:
         """SIGTERM every running life at once: the round is over (``end`` "done")."""

@@ -31,6 +31,7 @@ from coordinator.chaos.invariants import check_run
 from coordinator.chaos.known import explain
 from coordinator.chaos.record import PhaseRecord, RunRecord, read_view
 from coordinator.client import CoordinatorClient
+from coordinator.statuses import TurnStatus
 from coordinator.store import open_read_view
 
 CONFIG = """\
@@ -271,7 +272,7 @@ async def _until_settled(record: RunRecord, db: Path) -> None:
     with trio.move_on_after(SETTLE_SECONDS):
         while True:
             rows = _read(db, lambda read: [read.get_turn(t) for t in record.turns])
-            if all(row is not None and row.status == "settled" for row in rows):
+            if all(row is not None and row.status == TurnStatus.SETTLED for row in rows):
                 return
             await trio.sleep(POLL_SECONDS * 4)
     record.violate(1, f"the last server did not settle every turn within {SETTLE_SECONDS:g}s")

@@ -14,7 +14,7 @@ import attrs
 from coordinator.chaos.faults import Injection
 from coordinator.events import Event
 from coordinator.models.base import ChatMessage
-from coordinator.models.history import to_chat
+from coordinator.models.history import conversation_for_model
 from coordinator.records import Form, PermissionRequest, Session
 from coordinator.store import Reader
 from coordinator.store.rows import ClaimRow, ToolCallRow, TurnRow
@@ -76,8 +76,7 @@ def read_view(read: Reader, session_ids: list[str], turn_ids: list[str]) -> Stor
     for session_id in session_ids:
         session_calls = read.tool_calls_of_session(session_id)
         calls.update({(session_id, c.call_id): c for c in session_calls})
-        model_ids = {c.call_id: c.model_call_id for c in session_calls}
-        chats[session_id] = to_chat(read.history(session_id), model_ids)
+        chats[session_id] = conversation_for_model(read, session_id)
     sessions = {s: read.get_session(s) for s in session_ids}
     return StoreView(
         events=events,

@@ -17,6 +17,7 @@ from coordinator.events import Event
 from coordinator.models.base import ChatMessage
 from coordinator.models.history import NO_RESULT
 from coordinator.reasons import StopReason
+from coordinator.statuses import PENDING_WAIT
 
 NO_RESULT_TEXT = json.dumps(NO_RESULT, ensure_ascii=False, separators=(",", ":"))
 
@@ -35,7 +36,7 @@ def check_waits(record: RunRecord, view: StoreView) -> list[Violation]:
         ends = settled.get(wait_id, [])
         stored = view.permissions.get(wait_id) or view.forms.get(wait_id)
         status = None if stored is None else stored.status
-        if len(ends) != 1 or status == "pending":
+        if len(ends) != 1 or status in PENDING_WAIT:
             kept = _kept(record, wait_id, view.last_seq)
             found.append(Violation(4, f"{wait_id} ({status}{kept}) has {len(ends)} settlement events"))
         elif not ends[0].type.endswith(status or "?"):
@@ -83,7 +84,7 @@ def _restores(
             before = None if phase is None or phase.number == 0 else record.phases[phase.number - 1]
             kept = before is not None and (
                 (p := before.view.permissions.get(wait_id) or before.view.forms.get(wait_id)) is not None
-                and p.status == "pending"
+                and p.status in PENDING_WAIT
             )
         if not ask.payload.get("restored") or not kept:
             found.append(

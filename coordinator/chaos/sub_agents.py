@@ -9,6 +9,7 @@ from typing import Any
 from coordinator.chaos.record import PhaseRecord, RunRecord, StoreView, Violation
 from coordinator.chaos.timeline import RESUMED, SUSPENDED, TERMINALS, by_turn, phase_of
 from coordinator.events import Event
+from coordinator.statuses import CallStatus
 from coordinator.store.rows import TurnRow
 
 STARTS = ("session.turn.started", RESUMED)
@@ -44,7 +45,10 @@ def failed_with_its_task_call(view: StoreView, turn_id: str) -> bool:
         return False
     call = view.calls.get((child.task.session_id, child.task.call_id))
     return (
-        call is not None and call.status == "failed" and call.error is not None and call.error.type == "error"
+        call is not None
+        and call.status == CallStatus.FAILED
+        and call.error is not None
+        and call.error.type == "error"
     )
 
 

@@ -18,6 +18,7 @@ from coordinator.chaos.faults import Injection
 from coordinator.chaos.leaks import ProcessLedger
 from coordinator.chaos.record import Intent, RunRecord
 from coordinator.events import Event
+from coordinator.statuses import ClaimState, TurnStatus
 from coordinator.store import Reader, Store
 
 TERMINALS = frozenset(
@@ -78,7 +79,7 @@ class CommitWatch:
             self.record.discover(read)
         for turn_id in self.record.live_turns() - set(self.record.intents):
             row = read.get_turn(turn_id)
-            if row is not None and row.status == "stopping":
+            if row is not None and row.status == TurnStatus.STOPPING:
                 self.record.intents[turn_id] = Intent(
                     reason=row.stop_reason, phase=self.phase, seq=read.last_seq()
                 )
@@ -117,13 +118,13 @@ class CommitWatch:
         read, turn_id, session_id = self.view, event.payload["turn_id"], str(event.session_id)
         self.record.settled.add(turn_id)
         row = read.get_turn(turn_id)
-        if row is None or row.status != "settled":
+        if row is None or row.status != TurnStatus.SETTLED:
             status = None if row is None else row.status
             self.record.violate(
                 7, f"seq {event.seq}: {event.type} of {turn_id} committed with the turn {status}"
             )
         claim = read.get_claim(session_id)
-        if claim is None or claim.state != "released":
+        if claim is None or claim.state != ClaimState.RELEASED:
             state = None if claim is None else claim.state
             self.record.violate(
                 2, f"seq {event.seq}: {turn_id} ended ({event.type}) but its claim is {state}"
@@ -137,7 +138,12 @@ class CommitWatch:
         read, turn_id = self.view, event.payload["turn_id"]
         row = read.get_turn(turn_id)
         claim = read.get_claim(str(event.session_id))
-        if row is None or row.status != "suspended" or claim is None or claim.state != "suspended":
+        if (
+            row is None
+            or row.status != TurnStatus.SUSPENDED
+            or claim is None
+            or claim.state != ClaimState.SUSPENDED
+        ):
             status = None if row is None else row.status
             state = None if claim is None else claim.state
             self.record.violate(

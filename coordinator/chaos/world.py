@@ -18,7 +18,7 @@ from coordinator.chaos.streaming import Streamed, Tee
 from coordinator.config import Config, ModelConfig, PluginConfig, ServerConfig, TimeoutsConfig
 from coordinator.errors import ConfigError
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
-from coordinator.models.history import to_chat
+from coordinator.models.history import conversation_for_model
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
 from coordinator.store import open_read_view
@@ -291,4 +291,4 @@ def rebuilt_conversation(db: Path, session_id: str) -> tuple[ChatMessage, ...]:
     """The session's conversation read whole from the store (on a connection of its own, with no
     await, so the run's schedule is the same): what a step sends without its kept settled turns."""
     with open_read_view(str(db)) as reader:
-        return to_chat(*reader.history_with_model_ids(session_id))
+        return conversation_for_model(reader, session_id)

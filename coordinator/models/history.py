@@ -1,5 +1,6 @@
-"""The stored history as the model sees it: every tool call answered, partial results included, and
-each session's settled turns kept converted so that a step does not rebuild them."""
+"""The stored history as the model sees it (``conversation_for_model``): every tool call answered,
+partial results included, and each session's settled turns kept converted so that a step does not
+rebuild them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import attrs
 from coordinator import wire
 from coordinator.models.base import ChatMessage, ModelToolCall
 from coordinator.records import Message, TextPart, ToolPart
+from coordinator.store import Reader
 from coordinator.store.rows import StoredMessage
 
 NO_RESULT = {"error": {"type": "interrupted", "message": "the tool call ended without a recorded result"}}
@@ -51,6 +53,15 @@ def to_chat(messages: Sequence[Message], model_call_ids: Mapping[str, str | None
         for part, model_call in zip(tools, calls, strict=True):
             chat.append(ChatMessage(role="tool", tool_call_id=model_call.id, content=tool_result_text(part)))
     return tuple(chat)
+
+
+def conversation_for_model(reader: Reader, session_id: str) -> tuple[ChatMessage, ...]:
+    """The session's whole conversation as the model is sent it, read and converted from scratch.
+
+    The reference: a step sends the same messages (``Conversations`` keeps the settled turns
+    converted and reads only the rest), and the chaos checker and the tests compare against this.
+    """
+    return to_chat(*reader.history_with_model_ids(session_id))
 
 
 def _json(value: Any) -> str:

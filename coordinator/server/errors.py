@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator import wire
 from coordinator.errors import ClientError, InternalError, MethodNotAllowed, RouteNotFound, Unauthorized
 from coordinator.logs import get_logger
 
@@ -42,7 +43,14 @@ def error_response(
 def client_error_response(exc: ClientError) -> JSONResponse:
     """A ``ClientError`` with its name, status and details (``settlement`` of a 409, ...)."""
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return error_response(exc.name, exc.status, exc.message, exc.details(), headers=headers)
+    return error_response(exc.name, exc.status, exc.message, _details(exc), headers=headers)
+
+
+def _details(exc: ClientError) -> dict[str, Any]:
+    """The error's fields beyond ``message``, as the wire form carries them."""
+    fields = wire.unstructure(exc)
+    fields.pop("message", None)
+    return dict(fields)
 
 
 async def handle_client_error(request: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,7 @@ keywords the builder emits.
 from __future__ import annotations
 
 import collections.abc
+import enum
 import re
 import types
 import typing
@@ -41,13 +42,15 @@ class SchemaBuilder:
         self.components: dict[str, Schema] = {}
 
     def of(self, hint: Any) -> Schema:
-        """The schema of a type hint: scalars, ``Literal``, unions, sequences, mappings, attrs classes."""
+        """The schema of a type hint: scalars, literals, enums, unions, sequences, mappings, attrs classes."""
         if hint is Any:
             return {}
         if hint is None or hint in _SCALARS:
             return dict(_SCALARS[type(None) if hint is None else hint])
         if attrs.has(hint):
             return self.ref(hint)
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return _enum(tuple(member.value for member in hint))  # a stored status: its words
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin is Literal:
             return _enum(args)

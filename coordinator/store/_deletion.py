@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from coordinator.store._sql import Connection
+from coordinator.store._status_sql import UNFINISHED_TURN
 
 # What a session owns besides its events, keyed by the session's id (parts go through messages).
 _SESSION_TABLES = (
@@ -23,9 +24,6 @@ _SESSION_TABLES = (
     "claims",
     "turns",  # after every table whose rows name a turn; before sessions (its foreign key)
 )
-
-# The statuses of a turn that has begun and is not settled: retention keeps its events.
-_UNSETTLED = "('running', 'stopping', 'suspended')"
 
 
 def delete_session(sql: Connection, session_id: str) -> int:
@@ -68,7 +66,7 @@ def _unsettled_turn_starts(sql: Connection) -> dict[str | None, int]:
     """For each session with an unsettled turn, the seq its events are kept from: the turn's
     ``session.turn.started`` (a session runs one turn at a time, so it is the session's last
     one), or 0 (everything) if that event cannot be found."""
-    sessions = sql.all(f"SELECT DISTINCT session_id FROM turns WHERE status IN {_UNSETTLED}")
+    sessions = sql.all(f"SELECT DISTINCT session_id FROM turns WHERE status IN {UNFINISHED_TURN}")
     starts: dict[str | None, int] = {}
     for (session_id,) in sessions:
         assert isinstance(session_id, str)

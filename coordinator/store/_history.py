@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from coordinator.records import Message, TextPart, ToolPart
+from coordinator.statuses import TurnStatus
 from coordinator.store._sql import Connection
 from coordinator.store.rows import TOOL_CALL_ROW, StoredMessage, ToolCallRow
 
@@ -40,7 +41,7 @@ def history_after(
     (``coordinator/models/history.py``)."""
     rows = sql.all(
         "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status, "
-        f"m.ord, t.status = 'settled', {_CALL_COLUMNS_OF_C} "
+        f"m.ord, t.status = '{TurnStatus.SETTLED}', {_CALL_COLUMNS_OF_C} "
         "FROM messages m JOIN turns t ON t.id = m.turn_id LEFT JOIN parts p ON p.message_id = m.id "
         "LEFT JOIN tool_calls c ON p.kind = 'tool' AND c.session_id = m.session_id AND c.call_id = p.call_id "
         "WHERE m.session_id = ? AND m.ord > ? ORDER BY m.ord, p.ord",
@@ -79,12 +80,11 @@ def _messages(
 
 
 def _tool_part(call: ToolCallRow) -> ToolPart:
-    state = call.status if call.status in ("succeeded", "failed") else "running"
     return ToolPart(
         call_id=call.call_id,
         name=call.name,
         input=call.input,
-        state=state,  # type: ignore[arg-type]
+        state=call.status,  # type: ignore[arg-type]  # a CallStatus: the words of CallState
         output=call.output,
         error=call.error,
         partial=call.partial,

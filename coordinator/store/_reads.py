@@ -15,6 +15,7 @@ from coordinator.clock import rfc3339
 from coordinator.events import Event
 from coordinator.reasons import ParentLink
 from coordinator.records import ClaimView, Node, Session
+from coordinator.statuses import ClaimState
 from coordinator.store import api
 from coordinator.store._process_groups import ProcessGroupReads
 from coordinator.store._turn_reads import TurnReads
@@ -29,6 +30,9 @@ _SESSION_SELECT = """
     FROM sessions s LEFT JOIN claims c ON c.session_id = s.id LEFT JOIN instances i ON i.id = c.owner
 """
 
+# A session's status (the wire's word) by its claim's state: idle when it has none, or released.
+_SESSION_STATUS: dict[str, str] = {ClaimState.HELD: "busy", ClaimState.SUSPENDED: "suspended"}
+
 MAX_SEQ = 2**63 - 1
 """The largest seq a store holds (a signed 64-bit integer)."""
 
@@ -36,8 +40,8 @@ MAX_SEQ = 2**63 - 1
 def _session(row: tuple[Any, ...]) -> Session:
     """A session row joined with its claim: the status is the claim's, not a column of its own."""
     id, title, last_outcome, created_at, owner, state, since, parent_session_id, parent_call_id = row
-    held = state in ("held", "suspended")
-    status = {"held": "busy", "suspended": "suspended"}.get(state or "", "idle")
+    held = state in (ClaimState.HELD, ClaimState.SUSPENDED)
+    status = _SESSION_STATUS.get(state or "", "idle")
     return Session(
         id=id,
         title=title,
@@ -112,7 +116,8 @@ class SqlReader(TurnReads, WaitReads, ProcessGroupReads, api.Reader):
     def fence(self, session_id: str, owner: str, epoch: int) -> None:
         # One indexed probe, no record built: every write of a turn runs this.
         held = self._one(
-            "SELECT 1 FROM claims WHERE session_id = ? AND owner = ? AND epoch = ? AND state = 'held'",
+            "SELECT 1 FROM claims WHERE session_id = ? AND owner = ? AND epoch = ? "
+            f"AND state = '{ClaimState.HELD}'",
             (session_id, owner, epoch),
         )
         if held is None:
@@ -122,7 +127,7 @@ class SqlReader(TurnReads, WaitReads, ProcessGroupReads, api.Reader):
         now = self.clock()
         rows = self._all(
             "SELECT i.id, i.node_id, i.host, i.started_at, i.heartbeat, "
-            "(SELECT COUNT(*) FROM claims c WHERE c.owner = i.id AND c.state = 'held') "
+            f"(SELECT COUNT(*) FROM claims c WHERE c.owner = i.id AND c.state = '{ClaimState.HELD}') "
             "FROM instances i WHERE i.stopped = 0 AND i.heartbeat >= ? ORDER BY i.started_at, i.id",
             (now - lease,),
         )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.records import Message
+from coordinator.statuses import CallStatus, ClaimState, Parked, StepStatus, TurnStatus
 from coordinator.store import _history
 from coordinator.store._read_base import IN_CHUNK, SqlReads, in_list
+from coordinator.store._status_sql import UNFINISHED_TURN
 from coordinator.store.rows import (
     CLAIM_ROW,
     INSTANCE_ROW,
@@ -28,7 +30,7 @@ _TURN_STATUS, _TURN_ORD = TURN_ROW.columns.index("status"), TURN_ROW.columns.ind
 
 
 def _queued_last(row: tuple[Any, ...]) -> tuple[bool, int]:
-    return row[_TURN_STATUS] == "queued", row[_TURN_ORD]
+    return row[_TURN_STATUS] == TurnStatus.QUEUED, row[_TURN_ORD]
 
 
 class TurnReads(SqlReads):
@@ -52,7 +54,7 @@ class TurnReads(SqlReads):
         # The unfinished turn before the queued ones, then by ord; chosen here among the session's
         # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
         rows = self._all(
-            _TURNS + " WHERE session_id = ? AND status != 'settled' AND parent_call_id IS NULL",
+            _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' AND parent_call_id IS NULL",
             (session_id,),
         )
         return TURN_ROW.load(min(rows, key=_queued_last)) if rows else None
@@ -61,12 +63,13 @@ class TurnReads(SqlReads):
         rows: list[tuple[Any, ...]] = []
         for start in range(0, len(turn_ids), IN_CHUNK):
             chunk = turn_ids[start : start + IN_CHUNK]
-            rows += self._all(_TURNS + " WHERE status = 'stopping'" + in_list("id", chunk), tuple(chunk))
+            query = _TURNS + f" WHERE status = '{TurnStatus.STOPPING}'" + in_list("id", chunk)
+            rows += self._all(query, tuple(chunk))
         return [TURN_ROW.load(row) for row in rows]
 
     def running_turn(self, session_id: str) -> TurnRow | None:
         return TURN_ROW.load_or_none(
-            self._one(_TURNS + " WHERE session_id = ? AND status = 'running'", (session_id,))
+            self._one(_TURNS + f" WHERE session_id = ? AND status = '{TurnStatus.RUNNING}'", (session_id,))
         )
 
     def unfinished_turns_with_owners(
@@ -80,9 +83,10 @@ class TurnReads(SqlReads):
         rows = self._all(
             f"SELECT {turn}, {claim}, {owner} FROM turns t "
             "LEFT JOIN claims c ON c.session_id = t.session_id LEFT JOIN instances i ON i.id = c.owner "
-            "WHERE t.status IN ('running', 'stopping', 'suspended') AND t.parent_call_id IS NULL "
+            f"WHERE t.status IN {UNFINISHED_TURN} AND t.parent_call_id IS NULL "
             "AND NOT EXISTS (SELECT 1 FROM claims mine JOIN instances alive ON alive.id = mine.owner "
-            "WHERE mine.session_id = t.session_id AND mine.state = 'held' AND mine.owner = ? AND alive.stopped = 0) "
+            f"WHERE mine.session_id = t.session_id AND mine.state = '{ClaimState.HELD}' AND mine.owner = ? "
+            "AND alive.stopped = 0) "
             "ORDER BY t.rowid",
             (me,),
         )
@@ -101,38 +105,46 @@ class TurnReads(SqlReads):
         rows = self._all(
             # A claim is looked up by its session for each queued turn: a NOT IN of every claim not
             # released read every claim ever made (one a session) whenever a turn was queued.
-            "SELECT session_id FROM turns t WHERE status = 'queued' AND parent_call_id IS NULL "
-            "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.session_id = t.session_id AND c.state != 'released') "
+            f"SELECT session_id FROM turns t WHERE status = '{TurnStatus.QUEUED}' AND parent_call_id IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.session_id = t.session_id "
+            f"AND c.state != '{ClaimState.RELEASED}') "
             "GROUP BY session_id ORDER BY MIN(rowid)"
         )
         return [r[0] for r in rows]
 
     def resume_asked_turn_ids(self) -> set[str]:
-        return {r[0] for r in self._all(_PARKED, (2,))}
+        return {r[0] for r in self._all(_PARKED, (Parked.RELEASED,))}
 
     def parked_turn_ids(self) -> set[str]:
-        return {r[0] for r in self._all(_PARKED, (1,))}
+        return {r[0] for r in self._all(_PARKED, (Parked.PARKED,))}
 
     def is_parked(self, turn_id: str) -> bool:
-        return self._one("SELECT 1 FROM turns WHERE id = ? AND parked = 1", (turn_id,)) is not None
+        return (
+            self._one(f"SELECT 1 FROM turns WHERE id = ? AND parked = {Parked.PARKED}", (turn_id,))
+            is not None
+        )
 
     def parked_turn(self, session_id: str) -> TurnRow | None:
         return TURN_ROW.load_or_none(
-            self._one(_TURNS + " WHERE parked != 0 AND session_id = ? AND parked = 1", (session_id,))
+            self._one(
+                _TURNS + f" WHERE parked != 0 AND session_id = ? AND parked = {Parked.PARKED}", (session_id,)
+            )
         )
 
     def interruptible_turn(self, session_id: str) -> TurnRow | None:
         row = self._one(
             # ``status != 'settled'`` as the index of unsettled turns says it, so that it is used.
-            _TURNS + " WHERE session_id = ? AND status != 'settled' "
-            "AND (status = 'running' OR (status = 'suspended' AND parked != 0)) ORDER BY ord LIMIT 1",
+            _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
+            f"AND (status = '{TurnStatus.RUNNING}' OR (status = '{TurnStatus.SUSPENDED}' AND parked != 0)) "
+            "ORDER BY ord LIMIT 1",
             (session_id,),
         )
         return TURN_ROW.load_or_none(row)
 
     def unsettled_turn_statuses(self, session_id: str) -> list[str]:
         rows = self._all(
-            "SELECT status FROM turns WHERE session_id = ? AND status != 'settled' ORDER BY ord",
+            f"SELECT status FROM turns WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
+            "ORDER BY ord",
             (session_id,),
         )
         return [r[0] for r in rows]
@@ -144,7 +156,8 @@ class TurnReads(SqlReads):
 
     def running_steps(self, turn_id: str) -> list[str]:
         rows = self._all(
-            "SELECT id FROM steps WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,)
+            f"SELECT id FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}' ORDER BY ord",
+            (turn_id,),
         )
         return [r[0] for r in rows]
 
@@ -183,7 +196,9 @@ class TurnReads(SqlReads):
     def running_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
         return [
             TOOL_CALL_ROW.load(r)
-            for r in self._all(_CALLS + " WHERE turn_id = ? AND status = 'running' ORDER BY ord", (turn_id,))
+            for r in self._all(
+                _CALLS + f" WHERE turn_id = ? AND status = '{CallStatus.RUNNING}' ORDER BY ord", (turn_id,)
+            )
         ]
 
     def tool_started(self, session_id: str, call_id: str) -> bool:

@@ -5,15 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.records import Form, PermissionRequest, Rule
+from coordinator.statuses import FormStatus, PermissionStatus
 from coordinator.store._read_base import IN_CHUNK, SqlReads, in_list
+from coordinator.store._status_sql import sql_list
 from coordinator.store.rows import FORM_ROW, PERMISSION_ROW, WAIT_ROW, WaitRow
 
 _PERMISSIONS = f"SELECT {PERMISSION_ROW.select} FROM permission_requests"
 _FORMS = f"SELECT {FORM_ROW.select} FROM forms"
+_ANSWERED_FORM = sql_list(FormStatus.SUBMITTED, FormStatus.CANCELLED)
+
+# Both kinds of wait are pending by the same word (``PermissionStatus.PENDING``, ``FormStatus.PENDING``).
+_PENDING = f"status = '{PermissionStatus.PENDING}'"
 
 # A call's wait: the pending one, or the latest whatever its status.
 _OF_CALL = {
-    True: " WHERE session_id = ? AND call_id = ? AND status = 'pending'",
+    True: " WHERE session_id = ? AND call_id = ? AND " + _PENDING,
     False: " WHERE session_id = ? AND call_id = ? ORDER BY ord DESC LIMIT 1",
 }
 
@@ -33,13 +39,14 @@ class WaitReads(SqlReads):
         for start in range(0, len(wait_ids), IN_CHUNK):
             chunk = wait_ids[start : start + IN_CHUNK]
             for request_id, decision, message in self._all(
-                "SELECT id, decision, message FROM permission_requests WHERE status = 'replied' "
-                "AND decision IS NOT NULL" + in_list("id", chunk),
+                "SELECT id, decision, message FROM permission_requests "
+                f"WHERE status = '{PermissionStatus.REPLIED}' AND decision IS NOT NULL"
+                + in_list("id", chunk),
                 tuple(chunk),
             ):
                 replied[request_id] = (decision, message)
             rows = self._all(
-                _FORMS + " WHERE status IN ('submitted', 'cancelled')" + in_list("id", chunk), tuple(chunk)
+                _FORMS + f" WHERE status IN {_ANSWERED_FORM}" + in_list("id", chunk), tuple(chunk)
             )
             settled += [FORM_ROW.load(row) for row in rows]
         return replied, settled
@@ -87,7 +94,7 @@ def _pending_filter(
     session_id: str | None, turn_id: str | None, session_ids: list[str] | None
 ) -> tuple[str, tuple[Any, ...]]:
     """`` WHERE status = 'pending' ...`` of one session, of several, or of one turn."""
-    where = " WHERE status = 'pending'"
+    where = " WHERE " + _PENDING
     args: tuple[Any, ...] = ()
     if session_id is not None:
         where, args = where + " AND session_id = ?", (*args, session_id)

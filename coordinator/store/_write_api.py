@@ -7,6 +7,7 @@ from typing import Any, Protocol
 from coordinator.events import Draft, Event
 from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
+from coordinator.statuses import ClaimState, FormStatus, StepStatus, TurnStatus
 from coordinator.store._deletion import PruneBatch
 from coordinator.store._read_api import Reader
 from coordinator.store.rows import InstanceRow, ProcessGroupRow, ToolCallRow
@@ -40,14 +41,14 @@ class Transaction(Reader, Protocol):
         """A queued turn; ``task``: the task call that runs it (a sub-agent's turn, run by that call)."""
         ...
 
-    def set_turn_status(self, turn_id: str, status: str) -> None: ...
+    def set_turn_status(self, turn_id: str, status: TurnStatus) -> None: ...
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
         """Durable intent, a compare-and-set: a running (or suspended) turn becomes stopping with
         ``reason``. False, changing nothing, if it is stopping or settled already: the first stop wins."""
         ...
 
     def settle_turn(
-        self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None
+        self, turn_id: str, status: TurnStatus, reason: StopReason | None, outcome: str | None
     ) -> None: ...
     def mark_resumed(self, turn_id: str, after: str) -> bool:
         """Count a resume of a suspended or crashed turn. False if a stop was decided meanwhile."""
@@ -67,7 +68,7 @@ class Transaction(Reader, Protocol):
         """Insert a running step; returns the session's 0-based model request index."""
         ...
 
-    def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None: ...
+    def settle_step(self, step_id: str, status: StepStatus, reason: StopReason | None) -> None: ...
     def succeed_step(self, step_id: str) -> bool:
         """Mark a running step succeeded. False, writing nothing, when it is not running (any more)."""
         ...
@@ -119,7 +120,7 @@ class Transaction(Reader, Protocol):
         (``hold_session``) from here on."""
         ...
 
-    def set_claim_state(self, session_id: str, state: str) -> None:
+    def set_claim_state(self, session_id: str, state: ClaimState) -> None:
         """``released`` (the owner is cleared) or ``suspended`` (the owner is kept for the record)."""
         ...
 
@@ -149,7 +150,7 @@ class Transaction(Reader, Protocol):
     def settle_form(
         self,
         form_id: str,
-        status: str,
+        status: FormStatus,
         *,
         answers: dict[str, str] | None = None,
         message: str | None = None,

@@ -11,31 +11,22 @@ from coordinator import clock, errors
 from coordinator.events import Draft, Event
 from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
-from coordinator.statuses import CallStatus, Parked, State, StepStatus, TurnStatus
-from coordinator.store import api
+from coordinator.statuses import (
+    CallStatus,
+    ClaimState,
+    FormStatus,
+    Parked,
+    PermissionStatus,
+    StepStatus,
+    TurnStatus,
+)
+from coordinator.store import _status_sql, api
 from coordinator.store._deletion import PruneBatch, delete_session, prune_events
 from coordinator.store._process_groups import ProcessGroupWrites
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
 from coordinator.store._sql import Connection
 from coordinator.store.rows import InstanceRow, ToolCallRow
-
-
-def _sql_states(target: State, *sources: State) -> str:
-    """The SQL list of ``sources``, the statuses a conditional update moves to ``target``: its WHERE
-    says the current one is among them, so each move is checked against the lifecycle here, once."""
-    for source in sources:
-        source.transition(target)
-    return "(" + ", ".join(repr(source.value) for source in sources) + ")"
-
-
-# A stop's intent, and a resume, move a turn that runs (or ran: its owner died) or a suspended one.
-_STOPPABLE = _sql_states(TurnStatus.STOPPING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
-_RESUMABLE = _sql_states(TurnStatus.RUNNING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
-_PARKABLE = _sql_states(Parked.PARKED, Parked.NOT_PARKED)
-_RELEASABLE = _sql_states(Parked.RELEASED, Parked.PARKED)
-_SUCCEEDABLE_STEP = _sql_states(StepStatus.SUCCEEDED, StepStatus.RUNNING)
-_SETTLEABLE_CALL = _sql_states(CallStatus.SUCCEEDED, CallStatus.RUNNING)
 
 
 class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
@@ -115,18 +106,20 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
         row |= {"parent_session_id": parent_session_id, "parent_call_id": parent_call_id}
         self._insert_numbered("turns", row, "session_id", session_id, session_id)
 
-    def set_turn_status(self, turn_id: str, status: str) -> None:
+    def set_turn_status(self, turn_id: str, status: TurnStatus) -> None:
         self._run("UPDATE turns SET status = ? WHERE id = ?", (TurnStatus(status), turn_id))
 
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
         changed = self._run(
             f"UPDATE turns SET status = '{TurnStatus.STOPPING}', stop_reason = ?, "
-            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_STOPPABLE}",
+            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_status_sql.STOPPABLE}",
             (_reason(reason), turn_id),
         )
         return changed == 1
 
-    def settle_turn(self, turn_id: str, status: str, reason: StopReason | None, outcome: str | None) -> None:
+    def settle_turn(
+        self, turn_id: str, status: TurnStatus, reason: StopReason | None, outcome: str | None
+    ) -> None:
         self._run(
             "UPDATE turns SET status = ?, stop_reason = ?, outcome = ? WHERE id = ?",
             (TurnStatus(status), _reason(reason), outcome, turn_id),
@@ -135,7 +128,7 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
     def mark_resumed(self, turn_id: str, after: str) -> bool:
         changed = self._run(
             f"UPDATE turns SET status = '{TurnStatus.RUNNING}', resumes = resumes + 1, suspended_after = ?, "
-            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_RESUMABLE}",
+            f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_status_sql.RESUMABLE}",
             (after, turn_id),
         )
         return changed == 1
@@ -144,14 +137,16 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
     # only a turn that a resume moves is parked.
     def park_turn(self, turn_id: str) -> bool:
         changed = self._run(
-            f"UPDATE turns SET parked = {Parked.PARKED} WHERE id = ? AND parked IN {_PARKABLE} "
-            f"AND status IN {_RESUMABLE}",
+            f"UPDATE turns SET parked = {Parked.PARKED} WHERE id = ? AND parked IN {_status_sql.PARKABLE} "
+            f"AND status IN {_status_sql.RESUMABLE}",
             (turn_id,),
         )
         return changed == 1
 
     def release_parked(self, turn_id: str) -> bool:
-        query = f"UPDATE turns SET parked = {Parked.RELEASED} WHERE id = ? AND parked IN {_RELEASABLE}"
+        query = (
+            f"UPDATE turns SET parked = {Parked.RELEASED} WHERE id = ? AND parked IN {_status_sql.RELEASABLE}"
+        )
         return self._run(query, (turn_id,)) == 1
 
     # steps ----------------------------------------------------------------------------------
@@ -167,14 +162,14 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
             raise errors.StoreError(f"step {step_id!r} names no session: {session_id!r}")
         return int(counted[0]) - 1
 
-    def settle_step(self, step_id: str, status: str, reason: StopReason | None) -> None:
+    def settle_step(self, step_id: str, status: StepStatus, reason: StopReason | None) -> None:
         query = "UPDATE steps SET status = ?, reason = ? WHERE id = ?"
         self._run(query, (StepStatus(status), _reason(reason), step_id))
 
     def succeed_step(self, step_id: str) -> bool:
         query = (
             f"UPDATE steps SET status = '{StepStatus.SUCCEEDED}', reason = NULL "
-            f"WHERE id = ? AND status IN {_SUCCEEDABLE_STEP}"
+            f"WHERE id = ? AND status IN {_status_sql.SUCCEEDABLE_STEP}"
         )
         return self._run(query, (step_id,)) == 1
 
@@ -230,7 +225,7 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
         )
         changed = self._run(
             "UPDATE tool_calls SET status = ?, output = ?, error = ?, partial = ? "
-            f"WHERE session_id = ? AND call_id = ? AND status IN {_SETTLEABLE_CALL}",
+            f"WHERE session_id = ? AND call_id = ? AND status IN {_status_sql.SETTLEABLE_CALL}",
             (
                 status,
                 None if error is not None else json.dumps(output),
@@ -261,13 +256,14 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
     def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
         self.sql.serialize(session_id)
         self._run(
-            "INSERT INTO claims(session_id, owner, epoch, state, since) VALUES (?, NULL, 0, 'released', NULL) "
+            "INSERT INTO claims(session_id, owner, epoch, state, since) "
+            f"VALUES (?, NULL, 0, '{ClaimState.RELEASED}', NULL) "
             "ON CONFLICT(session_id) DO NOTHING",
             (session_id,),
         )
         changed = self._run(
-            "UPDATE claims SET owner = ?, epoch = epoch + 1, state = 'held', since = ? "
-            "WHERE session_id = ? AND (state = 'released' OR owner IS NOT DISTINCT FROM ?)",
+            f"UPDATE claims SET owner = ?, epoch = epoch + 1, state = '{ClaimState.HELD}', since = ? "
+            f"WHERE session_id = ? AND (state = '{ClaimState.RELEASED}' OR owner IS NOT DISTINCT FROM ?)",
             (owner, since, session_id, takeover_from),
         )
         if changed != 1:
@@ -276,19 +272,20 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
         assert claim is not None
         return claim.epoch
 
-    def set_claim_state(self, session_id: str, state: str) -> None:
-        if state == "released":
+    def set_claim_state(self, session_id: str, state: ClaimState) -> None:
+        if state == ClaimState.RELEASED:
             self._run(
-                "UPDATE claims SET state = 'released', owner = NULL, since = NULL WHERE session_id = ?",
+                f"UPDATE claims SET state = '{ClaimState.RELEASED}', owner = NULL, since = NULL "
+                "WHERE session_id = ?",
                 (session_id,),
             )
         else:
-            self._run("UPDATE claims SET state = ? WHERE session_id = ?", (state, session_id))
+            self._run("UPDATE claims SET state = ? WHERE session_id = ?", (ClaimState(state), session_id))
 
     def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
         changed = self._run(
-            "UPDATE claims SET state = 'suspended' WHERE session_id = ? AND state = 'held' "
-            "AND owner IS NOT DISTINCT FROM ?",
+            f"UPDATE claims SET state = '{ClaimState.SUSPENDED}' WHERE session_id = ? "
+            f"AND state IN {_status_sql.SUSPENDABLE_CLAIM} AND owner IS NOT DISTINCT FROM ?",
             (session_id, dead_owner),
         )
         return changed == 1
@@ -323,7 +320,7 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
             "call_id": request.call_id,
             "action": request.action,
             "resource": request.resource,
-            "status": "pending",
+            "status": PermissionStatus.PENDING,
             "created_at": request.created_at,
             "deadline_at": deadline_at,
         }
@@ -331,15 +328,16 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
 
     def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
         changed = self._run(
-            "UPDATE permission_requests SET status = 'replied', decision = ?, message = ? "
-            "WHERE id = ? AND status = 'pending'",
+            f"UPDATE permission_requests SET status = '{PermissionStatus.REPLIED}', "
+            f"decision = ?, message = ? WHERE id = ? AND status IN {_status_sql.REPLIABLE}",
             (decision, message, request_id),
         )
         return changed == 1
 
     def revoke_permission(self, request_id: str, reason: StopReason) -> bool:
         changed = self._run(
-            "UPDATE permission_requests SET status = 'revoked', reason = ? WHERE id = ? AND status = 'pending'",
+            f"UPDATE permission_requests SET status = '{PermissionStatus.REVOKED}', reason = ? "
+            f"WHERE id = ? AND status IN {_status_sql.REVOCABLE}",
             (_reason(reason), request_id),
         )
         return changed == 1
@@ -361,7 +359,7 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
             "turn_id": turn_id,
             "call_id": form.call_id,
             "questions": dump_json(form.questions),
-            "status": "pending",
+            "status": FormStatus.PENDING,
             "created_at": form.created_at,
             "deadline_at": deadline_at,
         }
@@ -370,15 +368,17 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
     def settle_form(
         self,
         form_id: str,
-        status: str,
+        status: FormStatus,
         *,
         answers: dict[str, str] | None = None,
         message: str | None = None,
         reason: StopReason | None = None,
     ) -> bool:
+        settled = FormStatus.PENDING.transition(FormStatus(status))
         changed = self._run(
-            "UPDATE forms SET status = ?, answers = ?, message = ?, reason = ? WHERE id = ? AND status = 'pending'",
-            (status, None if answers is None else json.dumps(answers), message, _reason(reason), form_id),
+            "UPDATE forms SET status = ?, answers = ?, message = ?, reason = ? "
+            f"WHERE id = ? AND status = '{FormStatus.PENDING}'",
+            (settled, None if answers is None else json.dumps(answers), message, _reason(reason), form_id),
         )
         return changed == 1
 

@@ -12,7 +12,7 @@ import attrs
 
 from coordinator.reasons import ParentLink, StopReason
 from coordinator.records import Form, Message, Partial, PermissionRequest, ToolError
-from coordinator.statuses import CallStatus, TurnStatus
+from coordinator.statuses import CallStatus, ClaimState, TurnStatus
 from coordinator.store._records import mapper
 
 
@@ -69,7 +69,7 @@ class ClaimRow:
     session_id: str
     owner: str | None
     epoch: int
-    state: str
+    state: ClaimState = attrs.field(converter=ClaimState)
     since: str | None
 
 

@@ -13,6 +13,7 @@ import trio
 from coordinator.models.base import ToolSpec
 from coordinator.reasons import StopReason
 from coordinator.records import NestedCall, Question, ToolError
+from coordinator.statuses import CallStatus
 from coordinator.tools.process_group import GroupRecords
 
 
@@ -35,7 +36,7 @@ class CallResult:
     """How a tool call settled: ``output`` when it succeeded, ``error`` when it failed."""
 
     call_id: str
-    status: Literal["succeeded", "failed"]
+    status: Literal[CallStatus.SUCCEEDED, CallStatus.FAILED]
     output: Any = None
     error: ToolError | None = None
 

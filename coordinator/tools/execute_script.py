@@ -39,6 +39,7 @@ from coordinator import wire
 from coordinator.errors import ToolFailure
 from coordinator.logs import get_logger
 from coordinator.records import ToolError
+from coordinator.statuses import CallStatus
 from coordinator.tools.base import ToolContext
 from coordinator.tools.execute import (
     MAX_LINE_BYTES,
@@ -268,7 +269,7 @@ class Script:
         except ToolFailure as failure:
             error = ToolError(type="error", message=failure.message)
         else:
-            ok, output, error = result.status == "succeeded", result.output, result.error
+            ok, output, error = result.status == CallStatus.SUCCEEDED, result.output, result.error
         await self._send(
             ResultMessage(type="result", id=request.get("id"), ok=ok, output=output, error=error)
         )

@@ -79,7 +79,7 @@ def _settled(harness: Harness) -> list[tuple[str, Any]]:
 
 
 async def test_a_stop_sweeps_waits_then_calls_children_first_then_the_step(tmp_path: Path) -> None:
-    """Contract section 5's order: every wait revoked, every call failed (nested first), the step."""
+    """A stop settles in one order: every wait revoked, every call failed (nested first), the step."""
     async with open_harness(tmp_path) as harness:
         await _mid_turn(harness)
         async with harness.store.transaction() as tx:

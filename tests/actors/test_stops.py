@@ -85,7 +85,7 @@ async def test_a_decision_of_this_process_during_a_shutdown_changes_nothing(tmp_
 
 async def test_a_decline_committed_elsewhere_during_a_shutdown_wins_at_the_settlement(tmp_path: Path) -> None:
     """A reject committed by another process while this one suspends the turn ends the turn
-    declined: it is never resumed (contract section 6)."""
+    declined: a decline is never resumed."""
     async with open_harness(tmp_path) as harness:
         turn = harness.live()
         stops.shut_down(turn)

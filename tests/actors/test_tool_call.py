@@ -130,7 +130,7 @@ def _settled(harness: Harness) -> list[tuple[str, Any]]:
 async def test_a_stopped_call_fails_only_after_every_wait_of_the_turn_is_revoked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Contract section 5's order: a client sees every revocation before any tool failure, even when a
+    """A stop settles waits first: a client sees every revocation before any tool failure, even when a
     sibling call's wait takes its time to revoke (before, only the chaos campaign caught this)."""
     config = Config(base_dir=tmp_path, permission=(Rule(action="gate", resource="*", effect="ask"),))
     async with open_harness(tmp_path, config=config, tools=TOOLS) as harness:

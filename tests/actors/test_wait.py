@@ -56,7 +56,7 @@ async def test_an_interrupted_permission_wait_revokes_its_request_with_one_event
 async def test_a_question_deadline_stops_the_turn_as_a_question_timeout(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
-    """The deadline's scope tells a client which wait ran out (contract section 5): a form's is
+    """The deadline's scope tells a client which wait ran out: a form's is
     ``question``, never ``permission``, in the turn's intent and on the form's revocation."""
     config = Config(base_dir=tmp_path, timeouts=TimeoutsConfig(permission=10, question=30))
     async with open_harness(tmp_path, config=config) as harness:

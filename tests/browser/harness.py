@@ -77,7 +77,7 @@ def new_page(browser: Browser) -> Page:
 
 
 def scripted_config(tmp_path: Path, script: Any, **server: Any) -> Config:
-    """A config on ``tmp_path`` (port 0, shell asks) whose model plays ``script`` (contract section 8)."""
+    """A config on ``tmp_path`` (port 0, shell asks) whose model plays ``script`` (the scripted model)."""
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps(script))
     config = make_config(tmp_path, rules=ASK_SHELL, port=0, shutdown_grace=5, **server)

@@ -1,4 +1,4 @@
-"""Sub-agent sessions on the page (contract section 12): nested under their task call, their dialogs on
+"""Sub-agent sessions on the page: nested under their task call, their dialogs on
 the parent's page."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model's text streaming into the page (contract section 9): in order, once, and kept when stopped."""
+"""The model's text streaming into the page: in order, once, and kept when stopped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Config loading (contract section 2): the full example parses, and every mistake names its key."""
+"""Config loading: the full example parses, and every mistake names its key."""
 
 from __future__ import annotations
 
@@ -311,7 +311,8 @@ def test_script_path_is_resolved_against_the_config_folder(tmp_path: Path) -> No
 
 
 def test_allowed_hosts_and_cors_origins_are_arrays_of_strings(tmp_path: Path) -> None:
-    """The edge's lists (contract section 10) are checked like every other key, naming the bad entry."""
+    """The edge's lists (the Host names and CORS origins it accepts) are checked like every other key,
+    naming the bad entry."""
     good = tmp_path / "good.toml"
     good.write_text(
         '[server]\nallowed_hosts = ["agents.example.com"]\ncors_origins = ["https://app.example.com"]\n'

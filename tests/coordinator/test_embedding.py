@@ -1,4 +1,4 @@
-"""The embedding API (contract section 7): leaving the block or cancelling its scope is a shutdown."""
+"""The embedding API (``open_coordinator``): leaving the block or cancelling its scope is a shutdown."""
 
 from __future__ import annotations
 

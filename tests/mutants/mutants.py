@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 path="coordinator/actors/settlement.py",
                 old=(
                     "    for call in tx.tool_calls_of_turn(turn_id):",
-                    '        if call.status != "running":',
+                    "        if call.status != CallStatus.RUNNING:",
                     "            continue",
                     "        if restorable(tx, call):",
                 ),
@@ -227,12 +227,12 @@ MUTANTS: tuple[Mutant, ...] = (
         rule="a stopped permission wait revokes its request with one permission.revoked event",
         edits=(
             Edit(
-                path="coordinator/actors/wait.py",
+                path="coordinator/actors/revocation.py",
                 old=(
-                    "        if tx.revoke_permission(asked.id, reason):",
-                    "            tx.emit(events.permission_revoked(asked, reason))",
+                    "    if tx.revoke_permission(request.id, reason):",
+                    "        tx.emit(events.permission_revoked(request, reason))",
                 ),
-                new=("        tx.revoke_permission(asked.id, reason)",),
+                new=("    tx.revoke_permission(request.id, reason)",),
             ),
         ),
         tests=(WAIT + "test_an_interrupted_permission_wait_revokes_its_request_with_one_event",),
@@ -284,12 +284,12 @@ MUTANTS: tuple[Mutant, ...] = (
                 old=(
                     "    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)",
                     "    keep_partial_text(tx, session_id, turn_id, partial_text, reason)",
-                    '    tx.settle_step(step_id, "failed", reason)',
+                    "    tx.settle_step(step_id, StepStatus.FAILED, reason)",
                     "    tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))",
                 ),
                 new=(
                     "    keep_partial_text(tx, session_id, turn_id, partial_text, reason)",
-                    '    tx.settle_step(step_id, "failed", reason)',
+                    "    tx.settle_step(step_id, StepStatus.FAILED, reason)",
                     "    tx.emit(events.step_failed(session_id, turn_id, step_id, reason, partial_text or None))",
                     "    fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)",
                 ),
@@ -327,11 +327,11 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/decisions.py",
                 old=(
-                    '    if request.status != "pending":',
+                    "    if request.status != PermissionStatus.PENDING:",
                     "        raise errors.PermissionAlreadySettled(",
                 ),
                 new=(
-                    '    if request.status != "pending":',
+                    "    if request.status != PermissionStatus.PENDING:",
                     "        raise errors.PermissionNotFound(message=request_id, request_id=request_id)",
                     "        raise errors.PermissionAlreadySettled(",
                 ),

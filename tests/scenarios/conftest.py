@@ -1,4 +1,4 @@
-"""Every scenario runs on both backends (contract section 11): SQLite, and a real PostgreSQL."""
+"""Every scenario runs on both backends: SQLite, and a real PostgreSQL."""
 
 from __future__ import annotations
 

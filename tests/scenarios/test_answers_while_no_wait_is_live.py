@@ -59,7 +59,7 @@ def runs(tmp_path: Path) -> int:
 
 @pytest.mark.sqlite_only(
     "B's watch must not have taken the suspended turn over yet; on PostgreSQL a node's graceful "
-    "stop reaches the others at once (NOTIFY) and they resume its turns at once (contract section 11)"
+    "stop reaches the others at once (NOTIFY) and they resume its turns at once"
 )
 async def test_a_reply_accepted_while_the_turn_is_suspended_is_applied_at_its_resume(
     tmp_path: Path, autojump_clock: Any
@@ -151,7 +151,7 @@ async def test_a_call_whose_tool_had_started_is_never_restored(tmp_path: Path, a
 
 @pytest.mark.sqlite_only(
     "B's watch must not have taken the suspended turn over yet; on PostgreSQL a node's graceful "
-    "stop reaches the others at once (NOTIFY) and they resume its turns at once (contract section 11)"
+    "stop reaches the others at once (NOTIFY) and they resume its turns at once"
 )
 async def test_a_form_submitted_while_the_turn_is_suspended_is_the_call_result_at_its_resume(
     tmp_path: Path, autojump_clock: Any

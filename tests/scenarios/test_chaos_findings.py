@@ -93,7 +93,7 @@ async def test_an_exception_unwinding_a_step_settles_it_as_an_internal_error(
 
 
 async def test_an_interrupt_while_the_turn_settles_answers_false(tmp_path: Path, autojump_clock: Any) -> None:
-    """Contract section 6: an interrupt that arrives while the turn is already settling answers false.
+    """An interrupt that arrives while the turn is already settling answers false.
 
     ``decisions.interrupt`` looks only at ``turns.status``, which says ``running`` until the settlement
     commits (a turn that succeeds, or stops for a shutdown or an internal error, records no intent): it
@@ -205,7 +205,7 @@ async def test_a_restored_form_whose_call_is_denied_at_the_restart_is_settled(
 
 
 async def test_a_crash_keeps_the_finished_nested_calls_of_execute(tmp_path: Path) -> None:
-    """Contract section 6: an execute call that stops for any reason settles with its finished calls.
+    """An execute call that stops for any reason settles with its finished calls.
 
     After a crash the restart fails the running call as interrupted with no partial result, though its
     finished nested calls are in the store (``tool_calls.parent_call_id``); the sweep of a turn does the
@@ -279,7 +279,7 @@ async def test_a_decline_before_the_resume_ends_the_turn_declined(
 async def test_an_interrupt_while_a_failing_turn_settles_answers_false(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
-    """Contract section 6: an interrupt that arrives while the turn is already settling answers false.
+    """An interrupt that arrives while the turn is already settling answers false.
 
     An internal error (here a failed commit) stops the turn with a ``Failure`` that records no intent, so
     ``turns.status`` still says ``running``: the interrupt records its intent, answers true, and the turn

@@ -23,7 +23,7 @@ from coordinator.config import Config, PluginConfig
 from coordinator.events import Event
 from coordinator.models import history
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
-from coordinator.models.history import to_chat
+from coordinator.models.history import conversation_for_model
 from coordinator.models.scripted import ScriptedModel
 from coordinator.store import open_read_view
 from tests.conftest import ASK_SHELL, Recorder, make_config, running
@@ -96,7 +96,7 @@ class CheckingModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         with open_read_view(str(self.db_path)) as reader:
-            rebuilt = to_chat(*reader.history_with_model_ids(request.session_id))
+            rebuilt = conversation_for_model(reader, request.session_id)
         self.sent.append((request.messages, rebuilt))
         return await ScriptedModel.from_json(self.scripts[request.session_id]).complete(request)
 
@@ -212,3 +212,54 @@ async def test_every_request_equals_the_conversation_rebuilt_from_the_store(
         assert kept == 0
     else:
         assert kept > 100
+
+
+async def _turn_of_kind(drive: Driver, session_id: str, kind: str) -> str | None:
+    """A turn of ``kind`` run to its end; a ``resumed`` one is left running a tool for the shutdown
+    that suspends it, and its id returned."""
+    if kind != "resumed":
+        await drive.turn(session_id, {"succeeded": "pair", "stopped": "stream_interrupted"}[kind])
+        return None
+    drive.model.scripts[session_id].extend([SLOW, TEXT])
+    turn_id = await drive.coord.prompt(session_id, "a tool, then shut down")
+    await drive.recorder.wait_until(of_turn("session.tool.started", turn_id))
+    await trio.testing.wait_all_tasks_blocked()
+    return turn_id
+
+
+# What the request after a turn of each kind must hold of it: its answer, the text a stop cut short,
+# the note its resume added.
+KIND_MARKERS = {
+    "succeeded": "Two at once.",
+    "stopped": "Once upon ",
+    "resumed": "The server restarted while you were working.",
+}
+
+
+@pytest.mark.parametrize("kind", list(KIND_MARKERS))
+async def test_after_each_kind_of_turn_the_kept_conversation_is_the_conversation_for_the_model(
+    tmp_path: Path, kind: str, autojump_clock: Any
+) -> None:
+    """After a turn that succeeded, one stopped with its partial output kept, or one resumed after a
+    shutdown, the next request is built from the kept settled turns (all but its own prompt) and
+    must equal ``conversation_for_model``, the history read and converted from scratch."""
+    config = config_for(tmp_path)
+    model = CheckingModel(db_path=config.server.db)
+    async with running(config, model=model) as (coord, recorder):
+        session_id = (await coord.create_session(title=kind)).id
+        model.scripts[session_id] = []
+        await Driver(coord, recorder, model).turn(session_id, "tool")  # settled before: kept converted
+        suspended = await _turn_of_kind(Driver(coord, recorder, model), session_id, kind)
+        if suspended is None:
+            await Driver(coord, recorder, model).turn(session_id, "text")
+            kept = coord._runtime.conversations.kept_messages(session_id)
+    if suspended is not None:
+        async with running(config, model=model) as (coord, recorder):
+            await recorder.wait_until(of_turn("session.idle", suspended))
+            await Driver(coord, recorder, model).turn(session_id, "text")
+            kept = coord._runtime.conversations.kept_messages(session_id)
+    model.assert_every_request_rebuilt()
+    after, reference = model.sent[-1]
+    assert after == reference
+    assert kept == len(after) - 1  # everything before the prompt came from the kept conversation
+    assert any(KIND_MARKERS[kind] in (message.content or "") for message in after)

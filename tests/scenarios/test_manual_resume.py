@@ -1,4 +1,4 @@
-"""``[server] resume = "manual"`` through the embedding API (contract section 14): a start parks the
+"""``[server] resume = "manual"`` through the embedding API: a start parks the
 suspended and crashed turns; ``resume`` runs one exactly once, ``interrupt`` settles one as interrupted,
 and a parked turn stays parked across restarts whatever the policy."""
 

@@ -1,4 +1,4 @@
-"""Contract section 14, ``[server] resume = "manual"``, with real ``coordinator serve`` processes: stopped
+"""``[server] resume = "manual"`` with real ``coordinator serve`` processes: stopped
 with SIGTERM or killed with ``kill -9``, started again on the same database, resumed over HTTP.
 
 Each test checks what the restart left alone (no event, no model request, no tool started, the same

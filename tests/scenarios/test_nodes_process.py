@@ -1,5 +1,5 @@
-"""Contract section 11 with real processes: three ``coordinator serve`` nodes share one PostgreSQL database,
-and one of them is killed, frozen or stopped, or answered for through the others."""
+"""Nodes sharing a store, with real processes: three ``coordinator serve`` nodes share one PostgreSQL
+database, and one of them is killed, frozen or stopped, or answered for through the others."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from tests.servers import (
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.postgres_only("several processes share a store only on PostgreSQL (contract section 11)"),
+    pytest.mark.postgres_only("several processes share a store only on PostgreSQL"),
 ]
 
 NODE_IDS = ("node-a", "node-b", "node-c")

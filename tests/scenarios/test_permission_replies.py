@@ -1,4 +1,4 @@
-"""Permission replies (contract section 6): once, always, reject with and without a message, late replies."""
+"""Permission replies: once, always, reject with and without a message, late replies."""
 
 from __future__ import annotations
 

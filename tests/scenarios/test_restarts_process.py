@@ -1,4 +1,4 @@
-"""Contract section 6 under real restarts: ``coordinator serve`` processes stopped with SIGTERM or killed
+"""Resuming after real restarts: ``coordinator serve`` processes stopped with SIGTERM or killed
 with ``kill -9`` at each point of a turn, restarted on the same database.
 
 Each test checks, after the restart and replaying the stream from seq 0: what resumed (only the

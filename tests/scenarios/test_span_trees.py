@@ -1,4 +1,4 @@
-"""Tracing (contract section 14): the span tree of whole turns, each span's parent, reason and attributes.
+"""Tracing: the span tree of whole turns, each span's parent, reason and attributes.
 
 Each test has a TracerProvider of its own with the SDK's in-memory exporter, passed to
 ``open_coordinator``: the global provider is never set in this process.

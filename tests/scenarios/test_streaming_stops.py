@@ -1,7 +1,7 @@
 """A stop at every point it can land while the model streams: the text streamed so far is kept.
 
-For each stop the scenario checks the three places contract section 9 (and the brief's invariant 11)
-names: ``session.step.failed.partial_text``, the history's text part with its status, and the content
+For each stop the scenario checks the three places the partial text must be found:
+``session.step.failed.partial_text``, the history's text part with its status, and the content
 of the assistant message in the session's next model request. Points: interrupt, the step and turn
 deadlines, shutdown then resume, crash then resume, a cut stream, a failed save, and a decline of a
 sibling call (which can only land after the reply, and its text, were recorded).

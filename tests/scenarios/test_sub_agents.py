@@ -1,4 +1,4 @@
-"""Sub-agent sessions (contract section 12): the `task` tool, and stops that travel down and out.
+"""Sub-agent sessions: the `task` tool, and stops that travel down and out.
 
 Each scenario asserts the exact event order across the parent ("P"), its sub-agent ("C") and, two
 levels deep, the sub-agent's own sub-agent ("G"), and what each model request received.

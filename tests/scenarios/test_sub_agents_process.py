@@ -1,4 +1,4 @@
-"""Sub-agents under real restarts (contract section 12): a `coordinator serve` process stopped with
+"""Sub-agent sessions under real restarts: a `coordinator serve` process stopped with
 SIGTERM or killed with `kill -9` while its sub-agent waits for a person, restarted on the same
 database. Both sessions resume exactly once, the child inside the parent's task call, and the child's
 request keeps its id; the mock model counts what each session asked."""

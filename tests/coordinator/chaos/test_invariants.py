@@ -137,7 +137,8 @@ def test_a_request_settled_after_its_call_is_caught(clean: Run) -> None:
 
 
 def test_a_wait_revoked_for_another_reason_than_the_stop_is_caught(clean: Run) -> None:
-    """Invariant 4: a stopped turn's waits are revoked with the turn's own reason (contract section 5)."""
+    """Invariant 4: a stopped turn's waits are revoked with the turn's own reason, the one its
+    terminal event reports."""
     turn_id = next(iter(clean.record.turns))
     reason = {"type": "interrupt", "by": "api"}
     succeeded = next(e for e in clean.view.events if e.type == "session.execution.succeeded")

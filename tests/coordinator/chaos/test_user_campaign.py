@@ -1,4 +1,4 @@
-"""The campaign over a user's own plugin, rules, timeouts and script (contract section 15).
+"""The campaign over a user's own plugin, rules, timeouts and script (``coordinator chaos --config``).
 
 The plugins are ``tests/coordinator/chaos/user_tools.py``: ``leaky`` leaves its helper process behind
 when its call is stopped, ``tidy`` kills its helper's process group however the call ends.
@@ -190,8 +190,9 @@ def test_the_command_exits_2_on_a_config_it_cannot_use(tmp_path: Path) -> None:
 def test_a_users_manual_resume_policy_does_not_stop_the_campaign_checking_resumes(
     tmp_path: Path, fault: str
 ) -> None:
-    """The campaign checks section 6's resume rules, so its restarts resume whatever the user's
-    ``[server] resume`` says: with "manual" every restarted turn would stay parked."""
+    """The campaign checks that a restart resumes every suspended or crashed turn once, so its
+    restarts resume whatever the user's ``[server] resume`` says: with "manual" every restarted turn
+    would stay parked."""
     config, script = write_files(tmp_path, "tidy")
     config.write_text('[server]\nresume = "manual"\n\n' + config.read_text())
     setup = Setup.load(config, script)

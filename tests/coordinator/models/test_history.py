@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.models.base import ChatMessage
-from coordinator.models.history import SESSION_BYTES, Conversations, estimated_bytes, to_chat
+from coordinator.models.history import SESSION_BYTES, Conversations, conversation_for_model, estimated_bytes
 from coordinator.records import ToolError
 from coordinator.store import SqliteStore, Transaction, open_store
 from coordinator.store.rows import ToolCallRow
@@ -63,10 +62,6 @@ def add_running_call(tx: Transaction, session_id: str, turn_id: str, call_id: st
     tx.add_tool_part(message_id, call_id)
 
 
-def rebuilt(store: SqliteStore, session_id: str) -> tuple[ChatMessage, ...]:
-    return to_chat(*store.read.history_with_model_ids(session_id))
-
-
 async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_step(
     store: SqliteStore,
 ) -> None:
@@ -80,7 +75,7 @@ async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_s
         add_turn(tx, "s", "t3", "settled")
     conversations = Conversations()
     before = await conversations.request_messages(tail(store, "s"), "s", epoch=1)
-    assert before == rebuilt(store, "s")
+    assert before == conversation_for_model(store.read, "s")
     assert conversations.kept_messages("s") == 2  # t1 only: t2 is not settled, and t3 comes after it
     assert '"interrupted"' in (before[5].content or "")  # the call has no result yet
 
@@ -88,7 +83,7 @@ async def test_only_settled_turns_are_kept_and_the_rest_is_read_again_at_every_s
         tx.settle_tool_call("s", "call-1", error=ToolError(type="declined", message="no"))
         tx.set_turn_status("t2", "settled")
     after = await conversations.request_messages(tail(store, "s"), "s", epoch=1)
-    assert after == rebuilt(store, "s")
+    assert after == conversation_for_model(store.read, "s")
     assert '"declined"' in (after[5].content or "")
     assert conversations.kept_messages("s") == len(after)
 
@@ -102,7 +97,9 @@ async def test_a_claim_held_by_another_owner_meanwhile_reads_the_history_again(s
     conversations = Conversations()
     await conversations.request_messages(tail(store, "s"), "s", epoch=1)
     store.read.sql.run("UPDATE parts SET text = 'rewritten' WHERE message_id = 't1-answer'")
-    assert await conversations.request_messages(tail(store, "s"), "s", epoch=3) == rebuilt(store, "s")
+    assert await conversations.request_messages(tail(store, "s"), "s", epoch=3) == conversation_for_model(
+        store.read, "s"
+    )
     assert (await conversations.request_messages(tail(store, "s"), "s", epoch=3))[1].content == "rewritten"
 
 
@@ -126,11 +123,15 @@ async def test_messages_read_after_what_was_kept_then_are_refused_once_it_change
     conversations = Conversations()
     after = conversations.kept_until("s", epoch=1)
     stored, model_ids = await tail(store, "s")(after)
-    assert conversations.messages_after("s", 1, after, stored, model_ids) == rebuilt(store, "s")
+    assert conversations.messages_after("s", 1, after, stored, model_ids) == conversation_for_model(
+        store.read, "s"
+    )
     assert conversations.kept_until("s", epoch=1) > after  # the settled turn is kept now
     assert conversations.messages_after("s", 1, after, stored, model_ids) is None
     assert conversations.kept_until("s", epoch=4) == -1  # another owner held the claim meanwhile
-    assert await conversations.request_messages(tail(store, "s"), "s", epoch=1) == rebuilt(store, "s")
+    assert await conversations.request_messages(tail(store, "s"), "s", epoch=1) == conversation_for_model(
+        store.read, "s"
+    )
 
 
 async def test_sessions_with_nothing_settled_yet_count_against_the_budget(store: SqliteStore) -> None:
@@ -174,7 +175,7 @@ async def test_the_sessions_used_least_recently_are_dropped_beyond_the_budget(st
         for session_id in ("a", "b"):
             tx.insert_session(session_id, "t", "now")
             add_turn(tx, session_id, f"{session_id}1", "settled")
-    one = SESSION_BYTES + estimated_bytes(rebuilt(store, "a"))
+    one = SESSION_BYTES + estimated_bytes(conversation_for_model(store.read, "a"))
     conversations = Conversations(budget=one + one // 2)
     await conversations.request_messages(tail(store, "a"), "a", epoch=1)
     await conversations.request_messages(tail(store, "b"), "b", epoch=1)

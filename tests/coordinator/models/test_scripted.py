@@ -1,4 +1,4 @@
-"""The scripted and demo models (contract section 8): deterministic, offline answers."""
+"""The scripted and demo models: deterministic, offline answers."""
 
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ async def test_chunks_stream_one_by_one_chunk_delay_apart(autojump_clock: trio.t
     assert [(t - start, p) for t, p in sink.pieces] == [(1, "He"), (1.5, "llo"), (2, " wörld")]
     assert sink.boundaries == 2
     assert reply.text == "Hello wörld"
-    # Contract section 9: characters sent (8) and answered (11), over 4, rounded down.
+    # Usage is estimated from characters sent (8) and answered (11), over 4, rounded down.
     assert reply.usage == Usage(input_tokens=2, output_tokens=2)
 
 
@@ -279,7 +279,7 @@ async def test_cut_streams_its_chunks_then_fails_the_request() -> None:
 
 
 async def test_a_script_object_answers_each_session_by_its_title(tmp_path: Path) -> None:
-    """Sub-agents (contract section 12) need their own script: a session takes its title's list, else "*"."""
+    """Sub-agent sessions need their own script: a session takes its title's list, else "*"."""
     model = ScriptedModel.from_file(
         write_script(tmp_path, {"helper": [{"text": "h0"}, {"text": "h1"}], "*": [{"text": "any"}]})
     )

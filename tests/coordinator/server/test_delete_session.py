@@ -1,4 +1,5 @@
-"""``DELETE /api/session/{sid}`` (contract section 14) against a real server on 127.0.0.1."""
+"""``DELETE /api/session/{sid}`` against a real server on 127.0.0.1: a settled session goes with
+everything it owns and its sub-agents, a busy one is refused and left as it was."""
 
 from __future__ import annotations
 

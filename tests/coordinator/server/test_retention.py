@@ -1,4 +1,4 @@
-"""Retention (``[store] keep_events_days``, contract section 14) against a real server on 127.0.0.1:
+"""Retention (``[store] keep_events_days``) against a real server on 127.0.0.1:
 what a pass deletes and keeps, and replays from a pruned offset (``stream.truncated``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sub-agents over HTTP (contract section 12): `parent` on sessions, the child's requests in the
+"""Sub-agent sessions over HTTP: `parent` on sessions, the child's requests in the
 parent's pending lists, and `?descendants=true` on the session's event stream."""
 
 from __future__ import annotations

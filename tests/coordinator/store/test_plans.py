@@ -216,12 +216,12 @@ def _with_settled_turns(store: SqliteStore, session_id: str, settled: int) -> No
             )
             # Each turn's call waited on a person once (the calls' ids repeat in no session).
             for table, columns, values in (
-                ("permission_requests", "action, resource, decision", "'x', 'x', 'once'"),
-                ("forms", "questions, answers", "'[]', '{}'"),
+                ("permission_requests", "action, resource, decision", "'x', 'x', 'once', 'replied'"),
+                ("forms", "questions, answers", "'[]', '{}', 'submitted'"),
             ):
                 store._db.execute(
                     f"INSERT INTO {table}(id, session_id, turn_id, call_id, {columns}, status, created_at, ord) "
-                    f"VALUES (?, ?, ?, ?, {values}, 'replied', 'now', ?)",
+                    f"VALUES (?, ?, ?, ?, {values}, 'now', ?)",
                     (f"{table}-{turn_id}", session_id, turn_id, f"c-{ord}", ord),
                 )
             # Each turn's call began, then logged lines (a settled turn's are never read again).

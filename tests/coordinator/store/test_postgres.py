@@ -86,7 +86,7 @@ async def test_no_event_becomes_visible_after_one_with_a_higher_seq(url: str) ->
 
 async def test_every_node_hands_over_the_same_sequence_in_seq_order(url: str) -> None:
     """Two nodes writing at once: each one's subscribers get every event of both, once, in seq
-    order, so every node's event stream is the same sequence (contract section 11)."""
+    order, so every node's event stream is the same sequence."""
     handed: dict[str, list[int]] = {"a": [], "b": []}
     async with node(url) as a, node(url) as b:
         a.on_durable(lambda events: handed["a"].extend(e.stored_seq for e in events))
