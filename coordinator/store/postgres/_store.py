@@ -273,14 +273,18 @@ def _safe(url: str) -> str:
 
 
 @contextlib.contextmanager
-def open_postgres_read_view(url: str) -> Iterator[Reader]:
-    """A connection of its own to the database at ``url``, each statement its own snapshot, as a
-    read view (the checkers' reads, outside every node); closed on exit."""
+def open_postgres_read_view(url: str, *, snapshot: bool = False) -> Iterator[Reader]:
+    """A connection of its own to the database at ``url`` as a read view (the checkers' reads,
+    outside every node); closed on exit. Each statement reads its own snapshot; with ``snapshot``,
+    every read sees the same committed state (one REPEATABLE READ transaction)."""
     try:
         conn = psycopg.connect(url, **CONNECTION_KWARGS)
     except psycopg.Error as exc:
         raise errors.StoreError(f"cannot open the PostgreSQL store {_safe(url)}: {exc}") from exc
     try:
-        yield SqlReader(PsycopgConnection(conn))
+        with conn.transaction() if snapshot else contextlib.nullcontext():
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield SqlReader(PsycopgConnection(conn))
     finally:
         conn.close()
