@@ -227,9 +227,9 @@ async def _run_bounded(
 
 @contextlib.contextmanager
 def _probed(turn: TurnScope, call: ToolCallRow, tool: Tool) -> Iterator[None]:
-    """Under the chaos campaign, let a plugin's awaits and declared checkpoints reach the injector."""
+    """With a fault injector that observes the tool, let its awaits and declared checkpoints reach it."""
     injector = turn.runtime.injector
-    if injector is None or not tool.observed:
+    if injector is None or not injector.observes(tool):
         yield
         return
     probe = PluginProbe(injector=injector, turn=turn, tool=call.name, task=trio.lowlevel.current_task())
