@@ -132,8 +132,8 @@ async def checkpoint(name: str) -> None:
     here (the ``tool_error`` fault: what your tool does when something it awaits fails). Its row in
     the campaign's table is ``plugin.TOOL.NAME``.
 
-    Without a campaign it returns at once, doing nothing (not even a trio checkpoint): one function
-    call and one context variable read.
+    Without a campaign it returns at once, doing nothing (it neither yields to trio nor can be
+    cancelled): one function call and one context variable read.
 
     Args:
         name: letters, digits, ``_`` and ``-`` (not ``await``), unique within the tool.

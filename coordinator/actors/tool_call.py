@@ -252,7 +252,7 @@ async def _run_publishing_progress(
         # The tool's own exception, alone in the group the progress nursery wrapped it in, or beside
         # the Cancelled of a stop or a deadline that came while the tool was raising it (chaos F18):
         # the tool failed first, and that is its call's failure. The cancellation is not lost: its
-        # scope stays cancelled, so the next checkpoint outside the settlement raises it again.
+        # scope stays cancelled, so the next cancel point outside the settlement raises it again.
         errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
         if len(errors) == 1 and isinstance(errors[0], Exception):
             raise errors[0] from None  # noqa: ASYNC123 (the tool's error; nothing else is lost)

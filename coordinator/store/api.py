@@ -49,7 +49,7 @@ class Store(Protocol):
         so, and holds it so until the commit (a takeover waits for it). Returning does not mean
         durable: await ``durable()`` before telling anyone outside the process.
 
-        **Cancellation:** a checkpoint before the transaction begins; once begun, it runs to its end.
+        **Cancellation:** may be cancelled before the transaction begins; once begun, it runs to its end.
 
         **Raises:** ``Fenced``; ``StoreBusy``, ``StoreFull``, ``StoreError``; whatever ``body`` raises
         (nothing of the transaction is kept then).
@@ -57,8 +57,8 @@ class Store(Protocol):
         ...
 
     async def read(self, query: Callable[[Reader], T]) -> T:
-        """Run ``query`` on the read view; returns what it returned. **Cancellation:** a checkpoint
-        before it begins. **Raises:** ``StoreError``."""
+        """Run ``query`` on the read view; returns what it returned. **Cancellation:** may be
+        cancelled before it begins. **Raises:** ``StoreError``."""
         ...
 
     async def durable(self) -> None:

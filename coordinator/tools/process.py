@@ -287,7 +287,7 @@ async def _drain(proc: trio.Process, output: ProcessOutput) -> None:
 async def _close_pipes(proc: trio.Process) -> None:
     for stream in (proc.stdout, proc.stderr):
         if isinstance(stream, trio.lowlevel.FdStream):
-            stream.close()  # both closed, then one checkpoint: a stop waits for this
+            stream.close()  # both closed, then one cancel point: a stop waits for this
         elif stream is not None:
             await stream.aclose()
     await trio.lowlevel.checkpoint()

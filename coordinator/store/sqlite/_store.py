@@ -177,7 +177,7 @@ class SqliteStore:
         and to the ``on_durable`` ones once durable. Returning does not mean durable: await
         ``durable()`` before telling anyone outside the process.
 
-        **Cancellation:** a checkpoint before the transaction begins; once begun, it is atomic.
+        **Cancellation:** may be cancelled before the transaction begins; once begun, it is atomic.
 
         **Raises:** ``StoreBusy``, ``StoreFull``, ``StoreError``; ``Fenced`` from a fencing check.
         """
