@@ -6,6 +6,6 @@ import trio
 
 
 async def noop() -> str:
-    """Return "ok" at once (one trio checkpoint): the cheapest tool a model can call."""
+    """Return "ok" at once (one yield to trio): the cheapest tool a model can call."""
     await trio.lowlevel.checkpoint()
     return "ok"

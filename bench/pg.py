@@ -23,8 +23,8 @@ import trio
 from bench.harness import NOOP_ENTRY, Sizes, median, tool_then_text_script
 from bench.http_api import Server, running_server
 from bench.turns import run_turn, sequential, watched_coordinator
+from coordinator.chaos.node_audit import create_scratch_database, drop_scratch_database, read_instances
 from coordinator.client import CoordinatorClient
-from coordinator.store.postgres import create_scratch_database, drop_scratch_database, read_instances
 
 PG_ENV = "COORDINATOR_BENCH_PG"
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -286,19 +286,6 @@ class Coordinator:
             must_exist=True,
         )
 
-    async def abandon(self) -> None:
-        """Drop everything as a crash would (tests and the chaos campaign): nothing more is written.
-
-        Every later commit fails, the actors are torn down without settling, and this instance counts
-        as dead, so the next ``open_coordinator`` on the database resumes its turns as after a crash.
-        """
-        self._runtime.closing = True
-        self._runtime.store.before_commit = _crashed
-        claims.LIVE_IN_THIS_PROCESS.discard(self._runtime.instance_id)
-        await self._registry.abandon()
-        await self._last_sync()  # what was committed is kept, as after a real crash
-        self._runtime.bus.close()
-
     async def _last_sync(self) -> None:
         with trio.move_on_after(CLOSE_SYNC_SECONDS, shield=True):
             try:
@@ -326,6 +313,23 @@ class Coordinator:
 
 CLOSE_SYNC_SECONDS = 10.0
 """How long a closing coordinator waits for its last commits to become durable."""
+
+
+async def crash(coordinator: Coordinator) -> None:
+    """Drop everything as a crash of the process would, while the process lives on: the test rigs'
+    in-process crash (``coordinator.chaos.crash``), not a method of the embedding API.
+
+    Every later commit fails, the actors are torn down without settling, and the instance counts as
+    dead, so the next ``open_coordinator`` on the database resumes its turns as after a crash. What
+    was committed is kept (made durable), as after a real crash.
+    """
+    runtime = coordinator._runtime
+    runtime.closing = True
+    runtime.store.set_commit_hook(_crashed)
+    claims.LIVE_IN_THIS_PROCESS.discard(runtime.instance_id)
+    await coordinator._registry.abandon()
+    await coordinator._last_sync()
+    runtime.bus.close()
 
 
 def _crashed(tx: Reader) -> None:

@@ -59,7 +59,8 @@ async def open_coordinator(
         model: a model to use instead of the configured one (embedders and tests).
         synchronous: SQLite durability, ``full`` (default) or ``normal`` (see design/store.md).
         workdir: where tools run; the config file's folder by default.
-        injector: the chaos campaign's fault injector (``coordinator/checkpoints.py``); None in production.
+        injector: a fault injector (the chaos campaign's; ``coordinator/checkpoints.py``): the core calls
+            it at each checkpoint, at a plugin's awaits and before each commit. None in production.
         tracer_provider: an OpenTelemetry ``TracerProvider`` for the actors' spans (``otel`` extra);
             by default the global one if set, else no tracing (``design/tracing.md``).
         **overrides: other ``[server]`` keys.
@@ -79,6 +80,8 @@ async def open_coordinator(
         store.on_durable(bus.publish)
         metrics = Metrics()
         store.observe(commit=metrics.commit_took, sync=metrics.sync_took)
+        if injector is not None:
+            store.set_commit_hook(injector.before_commit)
         chosen_model = model if model is not None else build_model(resolved)
         try:
             async with trio.open_nursery() as root:

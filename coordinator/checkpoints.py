@@ -1,8 +1,16 @@
-"""Named checkpoints: the await points where a stop can arrive, which the chaos campaign injects at.
+"""Named checkpoints, and the injector protocol: the one way a fault-injection rig reaches the core.
 
-In production no injector is set, and a checkpoint is one attribute test: ``if runtime.injector``.
-Under the campaign, the injector decides at each checkpoint whether to inject a fault there (an
-interrupt, a decline, a deadline, a failing model, tool or store, a shutdown, a crash).
+The core makes four calls, and only when it was given an injector (``open_coordinator(injector=...)``);
+production gives none, and each call site is then one ``is None`` test:
+
+- ``at(name, turn)``: a named checkpoint, an await point where a stop can arrive
+  (``TurnScope.checkpoint``); the injector may hold the actor there until it has applied a fault (an
+  interrupt, a decline, a deadline, a failing model or tool, a shutdown, a crash);
+- ``notice(name, turn)``: a plugin's own await began, where nothing may be held or raised;
+- ``observes(tool)``: whether a tool's awaits are checkpoints (the injector decides, by the tool's
+  plugin module);
+- ``before_commit(read)``: inside every write transaction, right before its commit (the store's
+  ``CommitHook``, installed as the coordinator opens its store): it may raise ``StoreError``.
 
 Checkpoint names (``KINDS``) are part of the campaign's table; add a name here when adding one.
 Plugin tools add their own, named after the tool (``plugin_checkpoint_name``): every await of the
@@ -16,11 +24,15 @@ import contextvars
 import re
 import types
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 import outcome
 import trio
+
+if TYPE_CHECKING:  # only types: a plugin importing ``checkpoint`` loads neither the store nor the tools
+    from coordinator.store import Reader
+    from coordinator.tools.base import Tool
 
 KINDS = (
     "turn.start",  # the turn's claim and start are committed
@@ -46,14 +58,25 @@ T = TypeVar("T")
 
 
 class Injector(Protocol):
-    """Decides, at each checkpoint, whether to inject a fault, and injects it."""
+    """Decides, at each checkpoint, whether to inject a fault, and injects it; the core's only caller
+    into a fault-injection rig (the module docstring lists the calls)."""
 
     async def at(self, name: str, turn: Any) -> None:
-        """An await point where the actor may be held until the fault is applied."""
+        """A named checkpoint of ``turn`` (a ``TurnScope``): the actor may be held here until the
+        fault is applied, or the fault raised here. **Raises:** what an injected fault raises."""
 
     def notice(self, name: str, turn: Any) -> None:
         """An await point the actor cannot be held at (a plugin's own await): a fault is only handed
-        over, and lands while the plugin awaits."""
+        over, and lands while the plugin awaits. Must not raise."""
+
+    def observes(self, tool: Tool) -> bool:
+        """Whether ``tool``'s awaits, and the checkpoints it declares, reach this injector; asked
+        as each of its calls starts to run it."""
+
+    def before_commit(self, read: Reader) -> None:
+        """Inside every write transaction of the coordinator's store, right before its commit, with
+        the transaction's view (``coordinator.store.CommitHook``). **Raises:** ``StoreError`` to fail
+        the commit, as a failing disk would; the transaction is then rolled back."""
 
 
 def plugin_checkpoint_name(tool: str, name: str) -> str:
@@ -109,8 +132,8 @@ async def checkpoint(name: str) -> None:
     here (the ``tool_error`` fault: what your tool does when something it awaits fails). Its row in
     the campaign's table is ``plugin.TOOL.NAME``.
 
-    Without a campaign it returns at once, doing nothing (not even a trio checkpoint): one function
-    call and one context variable read.
+    Without a campaign it returns at once, doing nothing (it neither yields to trio nor can be
+    cancelled): one function call and one context variable read.
 
     Args:
         name: letters, digits, ``_`` and ``-`` (not ``await``), unique within the tool.

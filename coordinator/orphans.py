@@ -34,7 +34,7 @@ async def kill_left(store: Store, liveness: Liveness, found: list[OwnedGroup], n
     one recorded on this host before it booted again is gone already. One on another host is left,
     record and all, for a coordinator started there: no kill from here could reach it.
 
-    **Cancellation:** a checkpoint; once the kills began, the records may be left (they are
+    **Cancellation:** may be cancelled before it begins; once the kills began, the records may be left (they are
     deleted at the next look). **Raises:** ``StoreError`` when the records cannot be deleted.
     """
     me = liveness.me
@@ -52,7 +52,7 @@ async def kill_own(store: Store, instance_id: str) -> int:
     graceful close, after the actors ended, what a cleanup that ran out of time left. Returns how
     many records were deleted.
 
-    **Cancellation:** a checkpoint. **Raises:** ``StoreError``.
+    **Cancellation:** may be cancelled before it begins. **Raises:** ``StoreError``.
     """
     rows = await store.read(lambda reader: reader.process_groups_of(instance_id))
     return await _kill_and_forget(store, rows)

@@ -123,7 +123,7 @@ class Registry:
         reject or a dismissal of one of its waits), rather than at the watch's next look: its waits are
         revoked, its calls fail, then the terminal event and ``session.idle``."""
         if session_id in self._actors:
-            # Its actor applies the stop. A checkpoint all the same, as the read below is: this
+            # Its actor applies the stop. A scheduling point all the same, as the read below is: this
             # method is an await point whatever it finds.
             await trio.lowlevel.checkpoint()
             return

@@ -251,6 +251,6 @@ class TurnScope:
         await self.runtime.store.read(lambda reader: reader.fence(session_id, owner, epoch))
 
     async def checkpoint(self, name: str) -> None:
-        """A named await point for fault injection (``coordinator/checkpoints.py``); free in production."""
+        """A named checkpoint: an injector may hold the actor here (``Injector.at``); free without one."""
         if self.runtime.injector is not None:
             await self.runtime.injector.at(name, self)

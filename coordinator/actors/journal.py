@@ -88,7 +88,7 @@ class Journal:
         """A step's success (its calls settled): the next step's start, or the stop that comes
         instead, follows at once. ``body`` is idempotent.
 
-        **Cancellation:** a checkpoint; the body is kept whatever happens next.
+        **Cancellation:** a cancel point; the body is kept whatever happens next.
         """
         await self._carry(body)
 
@@ -96,7 +96,7 @@ class Journal:
         """The model's answer without tool calls, with its step's success: the turn's settlement
         follows at once. ``body`` is idempotent.
 
-        **Cancellation:** a checkpoint; the body is kept whatever happens next.
+        **Cancellation:** a cancel point; the body is kept whatever happens next.
         """
         await self._carry(body)
 
@@ -118,7 +118,7 @@ class Journal:
         turn's settlement while the turn stops; otherwise (a tool's own failure while the turn goes
         on) committed now. Returns whether it was committed now.
 
-        **Cancellation:** a checkpoint when deferred; a deferred body is kept whatever happens next.
+        **Cancellation:** a cancel point when deferred; a deferred body is kept whatever happens next.
 
         **Raises:** as ``write`` when committed now.
         """

@@ -57,7 +57,8 @@ async def decide(turn: TurnScope, reason: StopReason) -> bool:
     store, a sub-agent's decline): commit its intent, then cancel the turn. Returns False, changing
     nothing, when another stop came first.
 
-    **Cancellation:** the intent is committed atomically or not at all; a checkpoint before it.
+    **Cancellation:** may be cancelled before the intent's transaction begins; the intent is committed
+    atomically or not at all.
 
     **Raises:** ``Fenced`` when the claim was taken over; ``StoreError`` when the intent cannot be
     committed (nothing is cancelled then: see ``failing_on_error``).

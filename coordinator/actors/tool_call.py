@@ -228,9 +228,9 @@ async def _run_bounded(
 
 @contextlib.contextmanager
 def _probed(turn: TurnScope, call: ToolCallRow, tool: Tool) -> Iterator[None]:
-    """Under the chaos campaign, let a plugin's awaits and declared checkpoints reach the injector."""
+    """With a fault injector that observes the tool, let its awaits and declared checkpoints reach it."""
     injector = turn.runtime.injector
-    if injector is None or not tool.observed:
+    if injector is None or not injector.observes(tool):
         yield
         return
     probe = PluginProbe(injector=injector, turn=turn, tool=call.name, task=trio.lowlevel.current_task())
@@ -253,7 +253,7 @@ async def _run_publishing_progress(
         # The tool's own exception, alone in the group the progress nursery wrapped it in, or beside
         # the Cancelled of a stop or a deadline that came while the tool was raising it (chaos F18):
         # the tool failed first, and that is its call's failure. The cancellation is not lost: its
-        # scope stays cancelled, so the next checkpoint outside the settlement raises it again.
+        # scope stays cancelled, so the next cancel point outside the settlement raises it again.
         errors = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
         if len(errors) == 1 and isinstance(errors[0], Exception):
             raise errors[0] from None  # noqa: ASYNC123 (the tool's error; nothing else is lost)

@@ -1,7 +1,8 @@
 """The chaos campaign: faults injected at every checkpoint, the invariants checked after each run.
 
 ``coordinator chaos --runs N --seed S`` runs ``main``. See ``design/chaos.md`` for the checkpoints, the
-faults, the invariants and how a failing run is shrunk and replayed.
+faults, the invariants and how a failing run is shrunk and replayed. ``crash(coord)`` is the rigs'
+in-process crash (the ``crash`` fault, and tests that resume after one).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from coordinator._coordinator import crash
 from coordinator.chaos import processes
 from coordinator.chaos.campaign import fails_with, run_many, scratch_root, shrink
 from coordinator.chaos.faults import Injection, ScheduleError, parse_schedule
@@ -25,7 +27,7 @@ SHRUNK_FAILURES = 5
 NODES = 3  # servers in a round over nodes (--db) unless --nodes says
 MAX_NODES = 5
 
-__all__ = ["main", "run_campaign"]
+__all__ = ["crash", "main", "run_campaign"]
 
 
 def main(args: argparse.Namespace) -> int:

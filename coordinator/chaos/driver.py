@@ -7,7 +7,9 @@ or when a session is wedged by a failed commit (then it shuts down, and the next
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -15,6 +17,7 @@ import trio
 import trio.testing
 
 from coordinator import Coordinator, errors
+from coordinator._coordinator import crash
 from coordinator.actors import stops
 from coordinator.chaos.injector import ChaosInjector, Park
 from coordinator.chaos.leaks import ProcessLedger
@@ -197,10 +200,11 @@ class Driver:
         if self.scenario is not None:
             self.scenario.scope.cancel()  # the user's program goes down with its coordinator
         teardown = self.teardown = Teardown(kind)
+        action: Callable[[], Awaitable[None]]
         if kind == "crash":
             assert self.state.injector.phase is not None
             self.state.injector.phase.open = False
-            action = self.coord.abandon
+            action = functools.partial(crash, self.coord)
         else:
             action = self.coord.shutdown
         self.applying.start_soon(self._run_teardown, action, teardown)

@@ -1,8 +1,9 @@
 """The seeded injector: at each named checkpoint, decides whether to inject a fault, and injects it.
 
-It implements ``coordinator.checkpoints.Injector``. Decisions come from a ``random.Random`` (a run of
-the campaign) or from an explicit schedule (a replay, a shrinking step); either way they are recorded
-as ``Injection`` s, so that every run can be replayed exactly.
+It implements ``coordinator.checkpoints.Injector``, the campaign's one way into the core. Decisions
+come from a ``random.Random`` (a run of the campaign) or from an explicit schedule (a replay, a
+shrinking step); either way they are recorded as ``Injection`` s, so that every run can be replayed
+exactly.
 
 How a fault is injected depends on its kind:
 
@@ -41,6 +42,7 @@ from coordinator.chaos.record import Applied, RunRecord
 from coordinator.checkpoints import PLUGIN_AWAIT
 from coordinator.errors import ModelError
 from coordinator.store import Reader
+from coordinator.tools.base import Tool
 
 WAITS = {"permission.wait": "permission.asked", "form.wait": "form.asked"}
 
@@ -108,12 +110,13 @@ class Job:
 
 @attrs.define(eq=False)
 class Phase:
-    """One coordinator's life: where parks and jobs go, and the store hooks (``CommitWatch``)."""
+    """One coordinator's life: where parks and jobs go, and its store's commits (``CommitWatch``)."""
 
     number: int
     park: Callable[[Park], None]
     job: Callable[[Job], None]
     fail_next_commit: Callable[[Injection, TurnScope], bool]
+    before_commit: Callable[[Reader], None]
     view: Reader  # the store as committed, read with no await
     open: bool = True
 
@@ -190,6 +193,20 @@ class ChaosInjector:
                 self.applied(injection, turn, "the next commit fails")
         else:
             phase.park(Park(injection=injection, turn=turn, wait_id=None))
+
+    def observes(self, tool: Tool) -> bool:
+        """A user's plugin: its awaits and declared checkpoints are checkpoints. The campaign's own
+        (``coordinator.chaos.tools``) are not, so the built-in campaign's checkpoints, and the
+        schedules recorded for it, stay as they were."""
+        module = tool.plugin_module
+        return module is not None and not module.startswith("coordinator.")
+
+    def before_commit(self, read: Reader) -> None:
+        """Inside each transaction of the phase's store, right before its commit: the watch's (an
+        injected store failure, the intents it records). Nothing outside a phase: a coordinator
+        opening (its recovery) or one left after its phase."""
+        if self.phase is not None:
+            self.phase.before_commit(read)
 
     def _count(self, name: str) -> None:
         self.occurrence += 1

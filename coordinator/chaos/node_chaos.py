@@ -4,7 +4,7 @@ than a lease) at random, restarted; then the invariants over the store, its writ
 starts and every node's event stream.
 
 A round makes a fresh database on the given server (``--db``), with the write audit's triggers
-(``store/postgres/_audit.py``), starts the nodes (``nodes.py``), creates sessions and prompts through
+(``node_audit.py``), starts the nodes (``nodes.py``), creates sessions and prompts through
 random nodes, answers permission requests and forms, and interrupts, through a node that does not
 run the turn, while the faults come one after another, each at a random moment, mostly to the node
 holding the most claims. Then it waits until every turn has settled and every node has served every
@@ -28,13 +28,7 @@ import trio
 
 from coordinator.chaos import node_checks, node_driver
 from coordinator.chaos.invariants import check_log, check_reasons, check_terminals
-from coordinator.chaos.node_checks import LifeRecord, Start
-from coordinator.chaos.nodes import Cluster, Life, open_cluster
-from coordinator.chaos.process_chaos import orphans
-from coordinator.chaos.record import PhaseRecord, RunRecord, Violation, read_view
-from coordinator.chaos.settling import check_calls, check_stop_order, check_waits
-from coordinator.statuses import ClaimState, TurnStatus
-from coordinator.store.postgres import (
+from coordinator.chaos.node_audit import (
     create_scratch_database,
     drop_scratch_database,
     install_write_audit,
@@ -42,6 +36,12 @@ from coordinator.store.postgres import (
     read_instances,
     read_write_audit,
 )
+from coordinator.chaos.node_checks import LifeRecord, Start
+from coordinator.chaos.nodes import Cluster, Life, open_cluster
+from coordinator.chaos.process_chaos import orphans
+from coordinator.chaos.record import PhaseRecord, RunRecord, Violation, read_view
+from coordinator.chaos.settling import check_calls, check_stop_order, check_waits
+from coordinator.statuses import ClaimState, TurnStatus
 
 NODES = 3
 LEASE = 2.0  # seconds: a frozen node loses its claims after this (its pause is longer)

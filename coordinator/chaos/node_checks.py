@@ -21,10 +21,10 @@ from typing import Any
 
 import attrs
 
+from coordinator.chaos.node_audit import AuditRow
 from coordinator.chaos.record import StoreView, Violation
 from coordinator.chaos.timeline import RESUMED, SUSPENDED, turn_of
 from coordinator.statuses import ClaimState
-from coordinator.store.postgres import AuditRow
 
 # Events a node commits for a decision it took (any node answers any route): no claim needed.
 DECISIONS = frozenset({"session.created", "permission.replied", "form.submitted", "form.cancelled"})

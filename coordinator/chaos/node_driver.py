@@ -13,11 +13,11 @@ import httpx
 import trio
 
 from coordinator import errors
+from coordinator.chaos.node_audit import open_snapshot
 from coordinator.chaos.nodes import CLIENT_SECONDS, Cluster
 from coordinator.chaos.record import RunRecord
 from coordinator.client import CoordinatorClient
 from coordinator.records import Form, PermissionRequest
-from coordinator.store.postgres import open_snapshot
 
 T = TypeVar("T")
 

@@ -25,11 +25,11 @@ import httpx
 import trio
 
 from coordinator import errors
+from coordinator.chaos.node_audit import open_snapshot, read_instances
 from coordinator.chaos.process_chaos import environment
 from coordinator.chaos.tools import STARTS_ENV
 from coordinator.client import CoordinatorClient
 from coordinator.statuses import ClaimState
-from coordinator.store.postgres import open_snapshot, read_instances
 
 START_SECONDS = 60.0  # for a node to print where it listens (three start at once on a loaded machine)
 STOP_SECONDS = 20.0  # for a node to exit after SIGTERM (its shutdown grace is 5 s)

@@ -88,6 +88,7 @@ async def _drive_open_coordinator(
         park=send.send_nowait,
         job=jobs_send.send_nowait,
         fail_next_commit=watch.arm_failure,
+        before_commit=watch.before_commit,
         view=view,
     )
     outcome.instance_id, outcome.first_seq = coord.instance_id, view.last_seq()

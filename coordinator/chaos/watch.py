@@ -1,7 +1,8 @@
-"""Watching a phase: the store hooks, the live subscription, and the tasks left when it closes.
+"""Watching a phase: its store's commits, the live subscription, and the tasks left when it closes.
 
-``before_commit`` runs inside each transaction, just before its commit: it raises the injected store
-failure, or reads which turns the transaction stops (their first durable intent). ``on_commit`` runs
+``before_commit`` runs inside each transaction, just before its commit (the injector's, while the
+phase is current): it raises the injected store failure, or reads which turns the transaction stops
+(their first durable intent). ``on_commit`` runs
 right after each commit that appended events, before any other task: the moment to check that a
 settlement wrote what it must (claim, waits, outcome) in the same transaction as its event.
 """
@@ -36,7 +37,7 @@ STORE_ERRORS: dict[str, type[errors.StoreError]] = {
 
 
 class CommitWatch:
-    """Installed on one coordinator's store for one phase of a run."""
+    """One coordinator's commits, for one phase of a run."""
 
     def __init__(
         self,
@@ -49,18 +50,17 @@ class CommitWatch:
     ) -> None:
         self.record = record
         self.ledger = ledger
-        self.store = store
         self.view = view  # the store as committed, read with no await (phase.py)
         self.phase = phase
         self.tick = tick
         self.fail_next: type[errors.StoreError] | None = None
         self.fired = False
-        store.before_commit = self.before_commit
         store.on_commit(self.on_commit)
 
     def arm_failure(self, injection: Injection, turn: TurnScope) -> bool:
-        """Make the next commit fail; False when one is armed already or the store is dropped."""
-        if self.fail_next is not None or self.store.before_commit != self.before_commit:
+        """Make the next commit fail; False when one is armed already. (A crashed coordinator's
+        store refuses every write anyway; the injector arms nothing once its phase is closed.)"""
+        if self.fail_next is not None:
             return False
         self.fail_next = STORE_ERRORS[injection.fault.variant or "error"]
         return True

@@ -195,7 +195,7 @@ class ScriptedModel:
         """
         items = self.script_of(request.title)
         item = items[min(max(request.index, 0), len(items) - 1)]
-        await trio.sleep(item.delay)  # a checkpoint even when the delay is 0
+        await trio.sleep(item.delay)  # a cancel point even when the delay is 0
         for i, chunk in enumerate(item.chunks):
             if i:
                 await trio.sleep(item.chunk_delay)

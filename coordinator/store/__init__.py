@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from coordinator.store._deletion import PruneBatch
-from coordinator.store.api import Fence, Reader, Store, Transaction
+from coordinator.store.api import CommitHook, Fence, Reader, Store, Transaction
 from coordinator.store.sqlite import SqliteStore, open_sqlite_read_view, open_sqlite_store
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -74,6 +74,7 @@ def _sqlite_path(url: str) -> str:
 
 
 __all__ = [
+    "CommitHook",
     "Fence",
     "PruneBatch",
     "Reader",

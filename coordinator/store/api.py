@@ -22,20 +22,22 @@ from coordinator.events import Event
 from coordinator.store._read_api import Reader
 from coordinator.store._write_api import Transaction
 
-__all__ = ["Fence", "Reader", "Store", "Transaction"]
+__all__ = ["CommitHook", "Fence", "Reader", "Store", "Transaction"]
 
 T = TypeVar("T")
 
 Fence = tuple[str, str, int]
 """A claim a transaction must find held, checked in the same transaction: session id, owner, epoch."""
 
+CommitHook = Callable[[Reader], None]
+"""Called inside a write transaction right before its commit, with the transaction's view; it may
+raise ``StoreError`` (the transaction is then rolled back, and ``write`` raises it). A fault
+injector's (``coordinator.checkpoints.Injector.before_commit``), or a crashed coordinator's, which
+refuses every write."""
+
 
 class Store(Protocol):
     """A backend: transactions, reads, durability, and who hears of a commit."""
-
-    before_commit: Callable[[Reader], None] | None
-    """A hook called inside every transaction right before its commit, with the transaction's view;
-    it may raise ``StoreError`` to simulate a failing disk (the chaos campaign's store failures)."""
 
     last_own_seq: int
     """The seq of the last event this store committed (durable or not yet)."""
@@ -47,7 +49,7 @@ class Store(Protocol):
         so, and holds it so until the commit (a takeover waits for it). Returning does not mean
         durable: await ``durable()`` before telling anyone outside the process.
 
-        **Cancellation:** a checkpoint before the transaction begins; once begun, it runs to its end.
+        **Cancellation:** may be cancelled before the transaction begins; once begun, it runs to its end.
 
         **Raises:** ``Fenced``; ``StoreBusy``, ``StoreFull``, ``StoreError``; whatever ``body`` raises
         (nothing of the transaction is kept then).
@@ -55,8 +57,8 @@ class Store(Protocol):
         ...
 
     async def read(self, query: Callable[[Reader], T]) -> T:
-        """Run ``query`` on the read view; returns what it returned. **Cancellation:** a checkpoint
-        before it begins. **Raises:** ``StoreError``."""
+        """Run ``query`` on the read view; returns what it returned. **Cancellation:** may be
+        cancelled before it begins. **Raises:** ``StoreError``."""
         ...
 
     async def durable(self) -> None:
@@ -64,6 +66,14 @@ class Store(Protocol):
 
         Await it before acknowledging anything outside the process: answering a caller, starting a
         tool. **Cancellation:** safe; the commits become durable anyway. **Raises:** ``StoreError``.
+        """
+        ...
+
+    def set_commit_hook(self, hook: CommitHook | None) -> None:
+        """Call ``hook`` inside every later write transaction, right before its commit (None: no hook).
+
+        Only a coordinator given a fault injector, or one that crashed, sets one; without it a commit
+        pays one ``is None`` test.
         """
         ...
 

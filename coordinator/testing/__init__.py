@@ -10,8 +10,9 @@ Public names (pinned by ``tests/test_public_api.py``):
   that breaks one;
 - ``await checkpoint("name")``: an await point your plugin tool declares, where the campaign injects
   faults too (it holds the tool there until the fault is applied). Without a campaign it does nothing
-  at all: not even a trio checkpoint. Every other await of a plugin is a checkpoint of the campaign
-  as well (``plugin.TOOL.await``), where faults land while the plugin awaits.
+  at all: it neither yields to trio nor can be cancelled. Every other await of a plugin is a
+  checkpoint of the campaign as well (``plugin.TOOL.await``), where faults land while the plugin
+  awaits.
 
 It is also a pytest plugin (``pytest -p coordinator.testing``), with fixtures: ``test_coordinator``
 (an ``open_test_coordinator`` on ``tmp_path``, async: it needs pytest-trio), ``coordinator_config``

@@ -160,8 +160,9 @@ class Tool:
     run: ToolRun
     # Which ``[timeouts]`` key bounds a call; None for a tool that waits on a person under its own.
     deadline_scope: Literal["tool", "execute"] | None = "tool"
-    # A user's plugin: under the chaos campaign, its awaits and declared checkpoints are checkpoints.
-    observed: bool = False
+    # A plugin's: the module its function is defined in (None for a built-in tool). A fault injector
+    # decides by it whether the tool's awaits are checkpoints (``checkpoints.Injector.observes``).
+    plugin_module: str | None = None
     capabilities: Capabilities = PLAIN
 
     @property

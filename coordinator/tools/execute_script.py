@@ -340,7 +340,7 @@ class Script:
     async def _write_logs(self) -> None:
         """Hand every pending line to ``write_log``, in order.
 
-        ``write_log`` appends to ``ctx.logs`` before its first checkpoint, so a line taken from
+        ``write_log`` appends to ``ctx.logs`` before its first cancel point, so a line taken from
         ``pending`` is in the partial result even if a stop arrives while it is being published.
         """
         assert self.ctx.write_log is not None

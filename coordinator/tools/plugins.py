@@ -88,16 +88,13 @@ def load_plugin(entry: str, base_dir: Path) -> Tool:
             keywords[PROGRESS_PARAMETER] = ctx.report_progress
         return _json_result(await _awaited(function(**keywords)), spec.name)
 
-    # The campaign's own plugins (coordinator.chaos.tools) are not observed: the built-in campaign's
-    # checkpoints, and so its recorded schedules, stay as they were.
-    observed = not function.__module__.startswith("coordinator.")
-    return Tool(spec=spec, resource=any_resource, run=run, observed=observed)
+    return Tool(spec=spec, resource=any_resource, run=run, plugin_module=function.__module__)
 
 
 async def _awaited(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """The plugin's result; under the chaos campaign, each of its awaits is a checkpoint.
+    """The plugin's result; when a fault injector observes the tool, each of its awaits is a checkpoint.
 
-    Without a campaign (no probe), this is ``await coroutine``.
+    Without one (no probe), this is ``await coroutine``.
     """
     probe = CURRENT_PROBE.get()
     if probe is None:

@@ -240,7 +240,7 @@ async def terminate_group(proc: trio.Process, term_grace: float, *, terminating:
 async def _close_pipes(proc: trio.Process) -> None:
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if isinstance(stream, trio.lowlevel.FdStream):
-            stream.close()  # every one closed, then one checkpoint: a stop waits for this
+            stream.close()  # every one closed, then one cancel point: a stop waits for this
         elif stream is not None:
             await stream.aclose()
     await trio.lowlevel.checkpoint()

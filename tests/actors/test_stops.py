@@ -43,7 +43,7 @@ async def test_the_intent_is_committed_before_the_turn_is_cancelled(tmp_path: Pa
         def failing_disk(tx: object) -> None:
             raise errors.StoreError("injected")
 
-        harness.store.before_commit = failing_disk  # type: ignore[attr-defined]
+        harness.store.set_commit_hook(failing_disk)
         with pytest.raises(errors.StoreError):
             await stops.decide(turn, Declined.by_permission("call_1"))
         assert turn.handle.reason is None

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from coordinator.actors import wait
+from coordinator.chaos import crash
 from coordinator.config import Config, PluginConfig
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
@@ -109,7 +110,7 @@ async def test_a_reply_accepted_after_its_owner_died_is_applied_at_the_takeover(
             await a.prompt(session.id, "go")
             asked = await a_events.wait_for("permission.asked")
             await trio.testing.wait_all_tasks_blocked()
-            await a.abandon()
+            await crash(a)
             await b.reply_permission(session.id, asked.payload["request"]["id"], "once")
         await b_events.wait_for("session.idle")
         types = b_events.types(session.id)
@@ -141,7 +142,7 @@ async def test_a_call_whose_tool_had_started_is_never_restored(tmp_path: Path, a
             await a_events.wait_for("permission.replied")
             await trio.testing.wait_all_tasks_blocked()
             assert runs(tmp_path) == 1
-            await a.abandon()
+            await crash(a)
         await b_events.wait_for("session.idle")
         failed = b_events.of("session.tool.failed")
         assert [e.payload["error"]["type"] for e in failed] == ["interrupted"]
@@ -209,7 +210,7 @@ async def test_a_reply_that_lands_while_the_takeover_restores_the_call_is_not_as
             asked = await a_events.wait_for("permission.asked")
             await trio.testing.wait_all_tasks_blocked()
             replies.append(lambda: b.reply_permission(session.id, asked.payload["request"]["id"], "once"))
-            await a.abandon()
+            await crash(a)
         await b_events.wait_for("session.idle")
         types = b_events.types(session.id)
         assert types[types.index("session.execution.resumed") :] == [

@@ -15,10 +15,12 @@ import attrs
 import trio
 
 from coordinator import decisions, errors
+from coordinator.chaos import crash
 from coordinator.config import Config
 from coordinator.reasons import REASONLESS, Shutdown
 from coordinator.records import Rule
-from coordinator.store import SqliteStore
+from coordinator.store import Reader, Store
+from coordinator.tools.base import Tool
 from tests.conftest import running
 from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL, config_for
 
@@ -34,8 +36,22 @@ def execute_call(code: str) -> dict[str, Any]:
     return {"tool_calls": [{"id": "call_exec", "name": "execute", "input": {"code": code}}]}
 
 
+class AtCheckpointsOnly:
+    """The injector's calls these scenarios inject nothing at: a plugin's awaits, a commit (they fail
+    one through the store itself, ``fail_next_commit``)."""
+
+    def notice(self, name: str, turn: Any) -> None:
+        """A plugin's own await."""
+
+    def observes(self, tool: Tool) -> bool:
+        return False
+
+    def before_commit(self, read: Reader) -> None:
+        """Every commit passes."""
+
+
 @attrs.define
-class OnCheckpoint:
+class OnCheckpoint(AtCheckpointsOnly):
     """The campaign's injector cut to one fault: ``action(turn)`` at the first checkpoint ``name``."""
 
     name: str
@@ -47,9 +63,6 @@ class OnCheckpoint:
             self.done = True
             await self.action(turn)
 
-    def notice(self, name: str, turn: Any) -> None:
-        """A plugin's own await: these scenarios inject nothing there."""
-
 
 def as_another_process(runtime: Any) -> Any:
     """The runtime as a second process sharing the database sees it: not shutting down, and running
@@ -58,14 +71,14 @@ def as_another_process(runtime: Any) -> Any:
     return attrs.evolve(runtime, closing=False, turns={})
 
 
-def fail_next_commit(store: SqliteStore) -> None:
+def fail_next_commit(store: Store) -> None:
     """Make the store's next commit fail, as a full or failing disk would, once."""
 
     def fail_once(tx: object) -> None:
-        store.before_commit = None
+        store.set_commit_hook(None)
         raise errors.StoreError("injected: the disk failed")
 
-    store.before_commit = fail_once
+    store.set_commit_hook(fail_once)
 
 
 async def test_an_exception_unwinding_a_step_settles_it_as_an_internal_error(
@@ -149,8 +162,8 @@ async def test_a_failed_heartbeat_commit_does_not_bring_the_coordinator_down(
     """One failed heartbeat commit (a busy or full disk) is retried at the next beat; the lease covers it.
 
     ``claims.serve_heartbeat`` lets the ``StoreError`` out of the coordinator's root nursery: the whole
-    coordinator, and the embedder's block with it, fails. After ``abandon()`` the heartbeat keeps running
-    too, and the first beat raises the same way.
+    coordinator, and the embedder's block with it, fails. After a crash (``crash(coord)``) the heartbeat
+    keeps running too, and the first beat raises the same way.
     """
     config = config_for(tmp_path)
     async with running(config, [DONE]) as (coord, recorder):
@@ -196,7 +209,7 @@ async def test_a_restored_form_whose_call_is_denied_at_the_restart_is_settled(
         await coord.prompt(session.id, "go")
         asked = await recorder.wait_for("form.asked")
         await trio.testing.wait_all_tasks_blocked()
-        await coord.abandon()
+        await crash(coord)
     denied = attrs.evolve(config, permission=(*config.permission, Rule(action="question", effect="deny")))
     async with running(denied, [DONE]) as (coord, recorder):
         await recorder.wait_for("session.idle")
@@ -217,7 +230,7 @@ async def test_a_crash_keeps_the_finished_nested_calls_of_execute(tmp_path: Path
         session = await coord.create_session()
         await coord.prompt(session.id, "go")
         await recorder.wait_for("session.tool.started", 3)  # execute, then its first and second calls
-        await coord.abandon()
+        await crash(coord)
     async with running(config, [DONE]) as (coord, recorder):
         await recorder.wait_for("session.idle")
         failed = [e for e in recorder.of("session.tool.failed") if e.payload["call_id"] == "call_exec"]
@@ -305,7 +318,7 @@ async def test_an_interrupt_while_a_failing_turn_settles_answers_false(
 
 
 @attrs.define
-class Steps:
+class Steps(AtCheckpointsOnly):
     """Several one-shot actions, each at the first checkpoint of its name."""
 
     steps: list[tuple[str, Callable[[Any], Awaitable[None]]]]
@@ -316,9 +329,6 @@ class Steps:
                 del self.steps[position]
                 await action(turn)
                 return
-
-    def notice(self, name: str, turn: Any) -> None:
-        """A plugin's own await: these scenarios inject nothing there."""
 
 
 async def test_a_restored_wait_revoked_before_it_reopens_carries_the_stop_reason(
@@ -339,7 +349,7 @@ async def test_a_restored_wait_revoked_before_it_reopens_carries_the_stop_reason
         await recorder.wait_for("permission.asked")
         form = (await recorder.wait_for("form.asked")).payload["form"]["id"]
         await trio.testing.wait_all_tasks_blocked()
-        await coord.abandon()
+        await crash(coord)
     declined = trio.Event()
 
     async def hold(turn: Any) -> None:  # the question call, until its sibling is declined

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import trio
 
+from coordinator.chaos import crash
 from coordinator.config import PluginConfig
 from coordinator.models.scripted import ScriptedModel
 from coordinator.reasons import Interrupt
@@ -17,13 +18,13 @@ from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL, SLOW_CALL, Counti
 
 
 async def crash_at(config: Any, script: list[dict[str, Any]], wait_for: str) -> tuple[str, str, list[str]]:
-    """Start a turn, wait for ``wait_for``, then abandon the coordinator. Returns ids and event types."""
+    """Start a turn, wait for ``wait_for``, then crash the coordinator. Returns ids and event types."""
     async with running(config, script) as (coord, recorder):
         session = await coord.create_session()
         turn_id = await coord.prompt(session.id, "go")
         await recorder.wait_for(wait_for)
         await trio.testing.wait_all_tasks_blocked()
-        await coord.abandon()
+        await crash(coord)
     return session.id, turn_id, recorder.types(session.id)
 
 
@@ -96,7 +97,7 @@ async def test_a_stop_decided_before_a_crash_is_settled_as_that_stop(
         turn_id = await coord.prompt(session.id, "go")
         await recorder.wait_for("permission.asked")
         assert await coord.store.write(lambda tx: tx.record_stop_intent(turn_id, Interrupt(by="api")))
-        await coord.abandon()
+        await crash(coord)
     model = CountingModel(ScriptedModel.from_json([DONE]))
     async with running(config, model=model) as (coord, recorder):
         await recorder.wait_for("session.idle")
@@ -129,7 +130,7 @@ async def test_a_turn_that_keeps_crashing_is_failed_after_max_resumes(
         async with running(config, [SLOW_CALL]) as (coord, recorder):
             await recorder.wait_for("session.tool.started", attempt + 2)
             await trio.testing.wait_all_tasks_blocked()
-            await coord.abandon()
+            await crash(coord)
     async with running(config, [DONE]) as (coord, recorder):
         failed = await recorder.wait_for("session.execution.failed")
         assert "resumed 2 times" in failed.payload["reason"]["message"]

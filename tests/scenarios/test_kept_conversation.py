@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 from coordinator import Coordinator
+from coordinator.chaos import crash
 from coordinator.config import Config, PluginConfig
 from coordinator.events import Event
 from coordinator.models import history
@@ -183,7 +184,7 @@ async def long_sessions(tmp_path: Path) -> tuple[CheckingModel, int]:
         crashed = await coord.prompt(sessions[1], "stream, then crash")
         await recorder.wait_until(of_turn("session.step.started", crashed))
         await trio.sleep(2.5)  # the text is saved once a second while it streams
-        await coord.abandon()
+        await crash(coord)
     async with running(config, model=model) as (coord, recorder):
         await recorder.wait_until(of_turn("session.idle", crashed))
         drive = Driver(coord, recorder, model)

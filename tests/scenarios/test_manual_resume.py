@@ -11,6 +11,7 @@ import attrs
 import pytest
 import trio
 
+from coordinator.chaos import crash
 from coordinator.config import Config
 from coordinator.errors import NothingToResume
 from coordinator.models.scripted import ScriptedModel
@@ -262,7 +263,7 @@ async def test_a_resume_asked_before_a_crash_is_carried_out_by_the_next_start(
     async with running(config, [DONE]) as (coord, recorder):
         [turn_id] = await coord.store.read(lambda reader: reader.parked_turn_ids())
         assert await coord.store.write(lambda tx: tx.release_parked(turn_id))  # what resume commits first
-        await coord.abandon()
+        await crash(coord)
     async with running(config, [DONE]) as (coord, recorder):
         await recorder.wait_for("permission.asked", 2)
         assert recorder.types(session_id)[len(before) :] == ["session.execution.resumed", "permission.asked"]

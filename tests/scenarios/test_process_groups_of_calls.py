@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from coordinator import Coordinator
+from coordinator.chaos import crash
 from coordinator.ids import boot_id
 from coordinator.records import Rule
 from coordinator.store import open_read_view
@@ -98,7 +99,7 @@ async def test_an_abandoned_coordinators_record_is_deleted_by_the_next_start(tmp
     async with running(config, [call("shell", command="exec sleep 60"), DONE]) as (coord, _):
         session_id = await start(coord)
         group = await recorded(coord, session_id, "call_shell")
-        await coord.abandon()
+        await crash(coord)
     with open_read_view(config.server.db) as reader:
         assert reader.process_group_of(session_id, "call_shell") == group
     async with running(config, [DONE]) as (coord, recorder):

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from coordinator.chaos import crash
 from coordinator.config import Config, PluginConfig, TimeoutsConfig
 from tests.conftest import Recorder, make_config, running
 from tests.scenarios import test_execute
@@ -344,7 +345,7 @@ async def test_a_turn_resumed_after_a_crash_is_marked_as_resumed_after_a_crash(
     config = make_config(tmp_path, rules=RULES, timeouts=TimeoutsConfig(tool=0))
     async with running(config, [SHELL_CALL, DONE]) as (coord, recorder):  # the crashed run: untraced
         session_id, turn_id = await start(coord, recorder, "permission.asked")
-        await coord.abandon()
+        await crash(coord)
     async with running(config, [DONE], tracer_provider=traced.provider) as (coord, resumed):
         restored = await resumed.wait_for("permission.asked", 2)
         await coord.reply_permission(session_id, restored.payload["request"]["id"], "once")

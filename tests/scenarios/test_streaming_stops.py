@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from coordinator import Coordinator, open_coordinator, wire
+from coordinator.chaos import crash
 from coordinator.config import Config, TimeoutsConfig
 from coordinator.errors import StoreError
 from coordinator.models.base import ChatMessage
@@ -208,7 +209,7 @@ async def test_a_crash_while_the_model_streams_keeps_the_text_saved_before_it(
     async with streaming(config, counting(STREAM, DONE)) as (coord, recorder):
         session_id = await start_streaming(coord, recorder)
         assert streamed_deltas(recorder, session_id) == STREAMED
-        await coord.abandon()
+        await crash(coord)
     model = counting(DONE)
     async with streaming(config, model) as (coord, recorder):
         await recorder.wait_for("session.idle")
@@ -239,10 +240,10 @@ async def test_a_failed_save_of_the_streamed_text_stops_the_turn_with_a_reason(
         await trio.sleep(0.5)
 
         def fail_once(tx: object) -> None:
-            coord.store.before_commit = None
+            coord.store.set_commit_hook(None)
             raise StoreError("disk I/O error")
 
-        coord.store.before_commit = fail_once
+        coord.store.set_commit_hook(fail_once)
         await recorder.wait_for("session.idle")
         reason = recorder.of("session.execution.failed")[0].payload["reason"]
         assert reason["type"] == "error" and "delta flusher" in reason["message"]

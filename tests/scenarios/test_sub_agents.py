@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from coordinator import Coordinator
+from coordinator.chaos import crash
 from coordinator.config import Config, LimitsConfig, TimeoutsConfig
 from coordinator.errors import SessionBusy, SessionNotFound
 from coordinator.models.base import ModelRequest
@@ -459,7 +460,7 @@ async def test_a_crash_resumes_parent_and_child_once_each_with_the_childs_reques
     ):
         parent = await start(coord, recorder, "permission.asked")
         child = child_id(recorder)
-        await coord.abandon()
+        await crash(coord)
     asked = recorder.of("permission.asked")[0].payload["request"]
     model = model_of({"*": [DONE], "helper": [CHILD_DONE]})
     async with running(config, model=model) as (coord, recorder):

@@ -9,6 +9,7 @@ from typing import Any
 
 import trio
 
+from coordinator.chaos import crash
 from tests.conftest import ASK_SHELL, make_config, running
 from tests.scenarios.test_stop_matrix import DONE, SHELL_CALL
 
@@ -52,7 +53,7 @@ async def test_the_survivor_takes_over_a_dead_coordinators_turn(tmp_path: Path, 
             await a.prompt(session.id, "go")
             asked = await a_events.wait_for("permission.asked")
             await trio.testing.wait_all_tasks_blocked()
-            await a.abandon()
+            await crash(a)
         resumed = await b_events.wait_for("session.execution.resumed")
         assert resumed.payload["after"] == "crash"
         restored = await b_events.wait_for("permission.asked", 2)

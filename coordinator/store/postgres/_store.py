@@ -32,7 +32,7 @@ from coordinator.events import Event
 from coordinator.logs import get_logger
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
-from coordinator.store.api import Fence, Reader, Transaction
+from coordinator.store.api import CommitHook, Fence, Reader, Transaction
 from coordinator.store.postgres._connection import RETRYABLE, PsycopgConnection, mapped
 from coordinator.store.postgres._listener import serve_listener
 from coordinator.store.postgres._migrations import MIGRATIONS
@@ -84,7 +84,7 @@ class PostgresStore:
         self._limiter = trio.CapacityLimiter(pool_size)
         self._on_commit: list[Callable[[Sequence[Event]], None]] = []
         self._tail = Tail(self)
-        self.before_commit: Callable[[Reader], None] | None = None
+        self._commit_hook: CommitHook | None = None  # a fault injector's, or a crashed coordinator's
         self.commit_observer: Callable[[float], None] | None = None
         self.last_own_seq = 0
         self._on_change: list[Callable[[], None]] = []
@@ -122,6 +122,9 @@ class PostgresStore:
         """Every commit is flushed before it returns; this waits until this node's own events are
         handed over (published here), which a caller's answer must not precede."""
         await self._tail.wait_handed_over(self.last_own_seq)
+
+    def set_commit_hook(self, hook: CommitHook | None) -> None:
+        self._commit_hook = hook
 
     def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None:
         self._on_commit.append(callback)
@@ -179,8 +182,8 @@ class PostgresStore:
                 result = body(tx)
                 if tx.events:
                     sql.run("SELECT pg_notify(?, ?)", (CHANNEL, f"{self._origin}:{tx.events[-1].stored_seq}"))
-                if self.before_commit is not None:
-                    self.before_commit(tx)
+                if self._commit_hook is not None:
+                    self._commit_hook(tx)
             return tx.events, result
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
@@ -273,14 +276,18 @@ def _safe(url: str) -> str:
 
 
 @contextlib.contextmanager
-def open_postgres_read_view(url: str) -> Iterator[Reader]:
-    """A connection of its own to the database at ``url``, each statement its own snapshot, as a
-    read view (the checkers' reads, outside every node); closed on exit."""
+def open_postgres_read_view(url: str, *, snapshot: bool = False) -> Iterator[Reader]:
+    """A connection of its own to the database at ``url`` as a read view (the checkers' reads,
+    outside every node); closed on exit. Each statement reads its own snapshot; with ``snapshot``,
+    every read sees the same committed state (one REPEATABLE READ transaction)."""
     try:
         conn = psycopg.connect(url, **CONNECTION_KWARGS)
     except psycopg.Error as exc:
         raise errors.StoreError(f"cannot open the PostgreSQL store {_safe(url)}: {exc}") from exc
     try:
-        yield SqlReader(PsycopgConnection(conn))
+        with conn.transaction() if snapshot else contextlib.nullcontext():
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield SqlReader(PsycopgConnection(conn))
     finally:
         conn.close()

@@ -11,7 +11,7 @@ acknowledged commit survives power loss. What a commit that was never acknowledg
 loss is exactly what FULL may lose to one arriving a moment earlier.
 
 Why an fsync of the WAL file is enough: WAL frames are only ever appended or, after a completed
-checkpoint (which syncs the database file first), overwritten from the start; fsync flushes every
+WAL checkpoint (which syncs the database file first), overwritten from the start; fsync flushes every
 dirty page of the file, whichever connection or process wrote it. The folder is synced once, so the
 WAL's own name survives too.
 
@@ -26,7 +26,7 @@ and answered no sooner). At most two are asked and unanswered: one running, and 
 every commit made until it starts.
 
 The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main connection), by a
-connection of its own: SQLite would otherwise run a checkpoint, with its two fsyncs, inside whichever
+connection of its own: SQLite would otherwise run a WAL checkpoint, with its two fsyncs, inside whichever
 commit crosses 1,000 pages, stalling the trio thread for tens of milliseconds.
 
 The WAL file's blocking calls, and the worker thread they run in, are in ``_wal.py``.
@@ -57,8 +57,8 @@ from coordinator.store.sqlite._wal import (
     sync_wal,
 )
 
-CHECKPOINT_PAGES = 1000
-"""WAL pages after which a passive checkpoint runs (SQLite's own default for auto-checkpoints)."""
+WAL_CHECKPOINT_PAGES = 1000
+"""WAL pages after which a passive WAL checkpoint runs (SQLite's own default for its automatic ones)."""
 
 SYNC_GRACE_SECONDS = 10.0
 """How long the last sync may take when the durability task is cancelled (a slow disk)."""
@@ -109,7 +109,7 @@ class GroupDurability:
         self._asked: deque[AskedSync] = deque()
         self._wanted = False
         self._wanted_since = 0.0
-        self._checkpoint_due = trio.Event()
+        self._wal_checkpoint_due = trio.Event()
         self._synced = trio.lowlevel.ParkingLot()
         self._cycles_started = 0
         self._cycles_done = 0
@@ -196,8 +196,8 @@ class GroupDurability:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Make commits durable until cancelled, then once more for the last commits.
 
-        The fsync runs in the sync process (else in a worker thread), and a checkpoint every
-        ``CHECKPOINT_PAGES`` in the worker thread, so the trio thread goes on running actors
+        The fsync runs in the sync process (else in a worker thread), and a WAL checkpoint every
+        ``WAL_CHECKPOINT_PAGES`` in the worker thread, so the trio thread goes on running actors
         meanwhile; under a virtual clock (``MockClock``) both run inline instead, since a thread or a
         process would let the clock jump ahead while the disk works.
         """
@@ -295,9 +295,9 @@ class GroupDurability:
         for events in batches:
             self._hand_over(events)
         self._synced.unpark_all()
-        if wal is not None and self._wal_pages >= CHECKPOINT_PAGES:
+        if wal is not None and self._wal_pages >= WAL_CHECKPOINT_PAGES:
             self._wal_pages = 0
-            await self._checkpoint(wal, blocking)
+            await self._wal_checkpoint(wal, blocking)
 
     def _ask(self) -> None:
         """Ask the helper for a sync of every commit made so far (``serve`` runs it)."""
@@ -322,7 +322,7 @@ class GroupDurability:
         try:
             async with trio.open_nursery() as nursery:
                 if wal is not None:
-                    nursery.start_soon(self._checkpoints, wal, blocking)
+                    nursery.start_soon(self._wal_checkpoints, wal, blocking)
                 while True:
                     await self._take_answers(helper)
         finally:
@@ -354,22 +354,22 @@ class GroupDurability:
             for events in sync.batches:
                 self._hand_over(events)
         self._synced.unpark_all()
-        if self._wal_pages >= CHECKPOINT_PAGES:
+        if self._wal_pages >= WAL_CHECKPOINT_PAGES:
             self._wal_pages = 0
-            self._checkpoint_due.set()
+            self._wal_checkpoint_due.set()
 
-    async def _checkpoints(self, wal: WalFile, blocking: Blocking) -> None:
-        """Checkpoint the WAL when it grew past ``CHECKPOINT_PAGES``, beside the syncs."""
+    async def _wal_checkpoints(self, wal: WalFile, blocking: Blocking) -> None:
+        """Checkpoint the WAL when it grew past ``WAL_CHECKPOINT_PAGES``, beside the syncs."""
         while True:
-            await self._checkpoint_due.wait()
-            self._checkpoint_due = trio.Event()
-            await self._checkpoint(wal, blocking)
+            await self._wal_checkpoint_due.wait()
+            self._wal_checkpoint_due = trio.Event()
+            await self._wal_checkpoint(wal, blocking)
 
-    async def _checkpoint(self, wal: WalFile, blocking: Blocking) -> None:
+    async def _wal_checkpoint(self, wal: WalFile, blocking: Blocking) -> None:
         await blocking(wal.checkpoint)
         # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
         # the WAL from its start only once it is: copy the few frames left here, where no commit can
-        # interleave (a fraction of the stall of checkpointing all of them here).
+        # interleave (a fraction of the stall of a WAL checkpoint of all of them here).
         with contextlib.suppress(apsw.BusyError, apsw.LockedError):
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         # The log is all copied now, so the next write starts it again from its start, and SQLite

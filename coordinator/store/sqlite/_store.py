@@ -22,7 +22,7 @@ import trio
 from coordinator.events import Event
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
-from coordinator.store.api import Fence, Reader, Transaction
+from coordinator.store.api import CommitHook, Fence, Reader, Transaction
 from coordinator.store.sqlite._connection import ApswConnection, map_apsw_errors
 from coordinator.store.sqlite._durability import GroupDurability
 from coordinator.store.sqlite._errors import mapped
@@ -92,8 +92,8 @@ class _Transaction(contextlib.AbstractAsyncContextManager[SqlTransaction]):
                 rollback(store._db)
                 return
             try:
-                if store.before_commit is not None:
-                    store.before_commit(tx)
+                if store._commit_hook is not None:
+                    store._commit_hook(tx)
                 _execute(store._db, "COMMIT")
             except BaseException:
                 rollback(store._db)
@@ -129,13 +129,16 @@ class SqliteStore:
         self._on_durable: list[Callable[[Sequence[Event]], None]] = []
         self._connection = ApswConnection(db)
         self.read = _ReadView(self._connection)
-        # Chaos hook: called before every commit; may raise a StoreError to simulate a failing disk.
-        self.before_commit: Callable[[Reader], None] | None = None
+        self._commit_hook: CommitHook | None = None  # a fault injector's, or a crashed coordinator's
         # Seconds each successful commit held the database, BEGIN to COMMIT (the coordinator's metrics).
         self.commit_observer: Callable[[float], None] | None = None
         self._durability = GroupDurability(db, path, synchronous, self._hand_over, BUSY_TIMEOUT_MS)
         self.last_own_seq = 0
         """The seq of the last event this store committed (durable or not yet)."""
+
+    def set_commit_hook(self, hook: CommitHook | None) -> None:
+        """Call ``hook`` inside every later write transaction, right before its ``COMMIT``."""
+        self._commit_hook = hook
 
     def on_commit(self, callback: Callable[[Sequence[Event]], None]) -> None:
         """Call ``callback(events)`` right after each commit that appended events, durable or not yet
@@ -174,7 +177,7 @@ class SqliteStore:
         and to the ``on_durable`` ones once durable. Returning does not mean durable: await
         ``durable()`` before telling anyone outside the process.
 
-        **Cancellation:** a checkpoint before the transaction begins; once begun, it is atomic.
+        **Cancellation:** may be cancelled before the transaction begins; once begun, it is atomic.
 
         **Raises:** ``StoreBusy``, ``StoreFull``, ``StoreError``; ``Fenced`` from a fencing check.
         """

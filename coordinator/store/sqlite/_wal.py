@@ -1,4 +1,4 @@
-"""The blocking side of group durability: the WAL file (fsync, checkpoint, restart, reclaim) and the
+"""The blocking side of group durability: the WAL file (fsync, WAL checkpoint, restart, reclaim) and the
 one worker thread those calls run in, off the trio thread."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SyncThread:
 
 
 async def run_inline(work: Callable[[], None]) -> None:
-    work()  # no checkpoint after: the cycle hands the events over before anything else runs
+    work()  # no scheduling point after: the cycle hands the events over before anything else runs
 
 
 class WalFile:
@@ -100,13 +100,13 @@ class WalFile:
         try:
             self._checkpoint_connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (apsw.BusyError, apsw.LockedError):
-            return  # another connection checkpoints, or holds the lock: the next cycle tries again
+            return  # another connection checkpoints the WAL, or holds the lock: the next cycle tries again
         except apsw.Error as exc:
             raise errors.StoreError(f"checkpointing the write-ahead log failed: {exc}") from exc
 
     def restart(self) -> None:
         """Write a row of the store's own (``store_meta``'s ``wal_restarts``) from the checkpointer's
-        connection: once a checkpoint copied the whole log, this write starts it again and syncs its
+        connection: once a WAL checkpoint copied the whole log, this write starts it again and syncs its
         header, off the trio thread, which would otherwise pay that sync in its next commit (0.5 to 1
         ms measured, on the first commit of a stop). Busy is no error: a commit of the trio thread
         came first and restarted it.

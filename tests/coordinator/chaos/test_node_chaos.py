@@ -12,11 +12,11 @@ import pytest
 import trio
 
 from coordinator.chaos import node_checks, processes
+from coordinator.chaos.node_audit import AuditRow
 from coordinator.chaos.node_chaos import LEASE, NodeFault, NodeRoundResult, run_round
 from coordinator.chaos.node_checks import LifeRecord, Start
 from coordinator.chaos.record import StoreView
 from coordinator.events import Event
-from coordinator.store.postgres import AuditRow
 from tests.backends import require_postgres, server_url
 
 # The freezes last until the frozen node's claims are taken over: how soon a node restarted beside

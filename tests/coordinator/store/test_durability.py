@@ -326,7 +326,7 @@ async def test_the_wal_is_checkpointed_off_the_trio_thread_and_stays_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncer: str
 ) -> None:
     SyncGate(monkeypatch, syncer)
-    monkeypatch.setattr(_durability, "CHECKPOINT_PAGES", 40)
+    monkeypatch.setattr(_durability, "WAL_CHECKPOINT_PAGES", 40)
     checkpoints: list[str] = []
     original = _durability.WalFile.checkpoint
 
@@ -365,7 +365,7 @@ class CheckpointCycles:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started = self.finished = 0
-        original = _durability.GroupDurability._checkpoint
+        original = _durability.GroupDurability._wal_checkpoint
 
         async def counted(durability: _durability.GroupDurability, *args: Any) -> None:
             self.started += 1
@@ -374,15 +374,15 @@ class CheckpointCycles:
             finally:
                 self.finished += 1
 
-        monkeypatch.setattr(_durability.GroupDurability, "_checkpoint", counted)
+        monkeypatch.setattr(_durability.GroupDurability, "_wal_checkpoint", counted)
 
     async def settled(self, durability: Any) -> None:
         """Until no checkpoint is due, none runs, and the log is short of the next."""
         with trio.fail_after(10):
             while (  # noqa: ASYNC110 (the durability's own state: it has no event to wait on)
                 self.started != self.finished
-                or durability._checkpoint_due.is_set()
-                or durability._wal_pages >= _durability.CHECKPOINT_PAGES
+                or durability._wal_checkpoint_due.is_set()
+                or durability._wal_pages >= _durability.WAL_CHECKPOINT_PAGES
             ):
                 await trio.sleep(0.002)
 
@@ -400,7 +400,7 @@ async def test_once_a_checkpoint_copied_the_whole_log_its_restart_is_written_off
     worker thread right after the checkpoint, so the next commit of the trio thread (a stop's intent)
     finds the log begun already: the WAL header's salts have changed before it."""
     SyncGate(monkeypatch, "process")
-    monkeypatch.setattr(_durability, "CHECKPOINT_PAGES", 40)
+    monkeypatch.setattr(_durability, "WAL_CHECKPOINT_PAGES", 40)
     restarts: list[tuple[str, bytes, bytes]] = []
     original = _durability.WalFile.restart
 

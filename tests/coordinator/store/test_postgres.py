@@ -17,6 +17,7 @@ from psycopg import errors as pg_errors
 from coordinator import errors
 from coordinator.events import Draft, Event
 from coordinator.store import Store, Transaction, open_read_view, open_store
+from coordinator.store.postgres import open_postgres_read_view
 from coordinator.store.postgres._connection import mapped
 from tests.backends import PostgresDatabase, postgres_database
 
@@ -211,3 +212,14 @@ def test_a_nodes_connections_name_its_instance(url: str) -> None:
     with open_store(url, pool_size=1, instance_id="ins_named"), psycopg.connect(url) as conn:
         names = [row[0] for row in conn.execute("SELECT application_name FROM pg_stat_activity")]
     assert "coordinator ins_named" in names
+
+
+async def test_a_snapshot_read_view_sees_one_moment_and_a_plain_one_each_commit(url: str) -> None:
+    """A checker reading several rows while nodes write (the rounds over nodes) must see them as of
+    one moment: a commit made after its first read stays out of a snapshot view, not out of a plain one."""
+    async with node(url) as store:
+        await store.write(lambda tx: tx.emit(draft(1)))
+        with open_postgres_read_view(url, snapshot=True) as snapshot, open_postgres_read_view(url) as plain:
+            assert snapshot.last_seq() == plain.last_seq() == 1
+            await store.write(lambda tx: tx.emit(draft(2)))
+            assert (snapshot.last_seq(), plain.last_seq()) == (1, 2)

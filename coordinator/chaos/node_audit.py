@@ -1,4 +1,5 @@
-"""Scratch databases and a write audit, for the chaos campaign's rounds over several nodes and the bench.
+"""The rounds over nodes' database: a scratch database per round, the write audit, the instances, and
+a snapshot to check against. The bench's PostgreSQL figures use the scratch databases too.
 
 A coordinator never installs the audit. The campaign does, in a database it made for one round:
 triggers that record, in the writing transaction itself, which instance wrote each event and each
@@ -10,7 +11,6 @@ checked over what was committed, exactly, not over timings seen from outside.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,10 +18,8 @@ import attrs
 import psycopg
 
 from coordinator import errors
-from coordinator.store._reads import SqlReader
-from coordinator.store.api import Reader
-from coordinator.store.postgres._connection import PsycopgConnection
-from coordinator.store.postgres._store import CONNECTION_KWARGS, _migrate
+from coordinator.store import Reader
+from coordinator.store.postgres import open_postgres_read_view, open_postgres_store
 
 _AUDIT = """
 CREATE TABLE chaos_writes (
@@ -133,10 +131,11 @@ def create_scratch_database(server_url: str, name: str) -> str:
         with psycopg.connect(server_url, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
-        url = database_url(server_url, name)
-        _migrate(url)
     except psycopg.Error as exc:
         raise errors.StoreError(f"cannot create the scratch database {name}: {exc}") from exc
+    url = database_url(server_url, name)
+    with open_postgres_store(url, pool_size=1):  # opening a store creates the schema
+        pass
     return url
 
 
@@ -169,10 +168,7 @@ def read_instances(url: str) -> list[InstanceEntry]:
         return [InstanceEntry(id=r[0], pid=r[1], node_id=r[2], started_at=str(r[3])) for r in rows]
 
 
-@contextlib.contextmanager
-def open_snapshot(url: str) -> Iterator[Reader]:
-    """A read view of the database at ``url`` in one REPEATABLE READ transaction: every read sees the
-    same committed state (a checker's view of a moment while nodes write)."""
-    with psycopg.connect(url, **CONNECTION_KWARGS) as conn, conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        yield SqlReader(PsycopgConnection(conn))
+def open_snapshot(url: str) -> contextlib.AbstractContextManager[Reader]:
+    """A read view of the database at ``url`` in which every read sees the same committed state (a
+    checker's view of a moment while nodes write)."""
+    return open_postgres_read_view(url, snapshot=True)
