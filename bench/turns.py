@@ -29,7 +29,6 @@ from bench.harness import (
 )
 from coordinator import Coordinator, open_coordinator
 from coordinator.actors.context import TurnScope
-from coordinator.actors.handle import ActorHandle
 from coordinator.models.scripted import ScriptedModel
 from coordinator.server.serve import tune_gc_for_serving
 
@@ -193,13 +192,8 @@ async def measure_checkpoint_overhead(workdir: Path, sizes: Sizes, turns_per_s: 
 
 async def _checkpoint_cost(calls: int) -> float:
     """Seconds one production checkpoint costs: the await of ``TurnScope.checkpoint`` with no injector."""
-    scope = TurnScope(
-        runtime=types.SimpleNamespace(injector=None, store=None, instance_id="bench"),  # type: ignore[arg-type]
-        session_id="bench",
-        turn_id="bench",
-        epoch=1,
-        handle=ActorHandle(kind="turn", id="bench"),
-    )
+    runtime = types.SimpleNamespace(injector=None, store=None, instance_id="bench")
+    scope = TurnScope.of_claimed(runtime, "bench", "bench", 1)  # type: ignore[arg-type]
     samples = []
     for _ in range(5):
         started = time.perf_counter()
