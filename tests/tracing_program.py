@@ -1,5 +1,5 @@
 """A program for tests/coordinator/test_tracing.py: turns run as the CLI's logging and a global provider
-would see them, in a process of their own (the global provider and structlog's configuration are
+would see them, in a process of their own (the global provider and the logging configuration are
 process-wide; the test process keeps neither).
 
 ``python -m tests.tracing_program DIR traced|without-otel``: logs JSON lines on stderr
@@ -20,7 +20,7 @@ if sys.argv[2] == "without-otel":
 
 import trio
 
-from coordinator.logs import configure_logging
+from coordinator.log_output import configure_logging
 from tests.conftest import ASK_SHELL, make_config, running
 
 SHELL_CALL = {"tool_calls": [{"id": "call_shell", "name": "shell", "input": {"command": "echo hi"}}]}
