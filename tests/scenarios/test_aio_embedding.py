@@ -272,3 +272,17 @@ def test_a_cancelled_call_cancels_its_trio_task(tmp_path: Path) -> None:
             await events.wait_for("session.idle")
 
     run(scenario)
+
+
+def test_the_asyncio_coordinator_has_every_method_of_the_trio_one() -> None:
+    """Same names, same parameters: a method added to ``Coordinator`` must be added here too."""
+    import inspect
+
+    from coordinator import Coordinator
+
+    public = {name for name in dir(Coordinator) if not name.startswith("_") and name != "store"}
+    assert public <= set(dir(AioCoordinator))
+    for name in public:
+        ours, theirs = getattr(AioCoordinator, name), getattr(Coordinator, name)
+        if callable(theirs):
+            assert inspect.signature(ours).parameters.keys() == inspect.signature(theirs).parameters.keys(), name
