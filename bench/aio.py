@@ -22,7 +22,7 @@ from pathlib import Path
 import trio
 
 from bench.harness import Sizes, bench_config, cpu_seconds, median, p99, tool_then_text_script
-from bench.turns import run_turn, watched_coordinator
+from bench.turns import run_turn, sequential, watched_coordinator
 from coordinator.aio import AioCoordinator, open_coordinator
 from coordinator.events import Event
 from coordinator.models.scripted import ScriptedModel
@@ -46,7 +46,7 @@ async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
 
 
 async def _trio_turn_cpu(workdir: Path, sizes: Sizes, per_session: int) -> float:
-    """CPU seconds a sequential turn through the trio API (median of ``repeats``)."""
+    """CPU seconds a sequential turn through the trio API (median of ``repeats``), as ``turns`` measures it."""
     cpu = []
     async with watched_coordinator(
         workdir, "aio-trio.sqlite", "full", tool_then_text_script(per_session)
@@ -58,16 +58,8 @@ async def _trio_turn_cpu(workdir: Path, sizes: Sizes, per_session: int) -> float
         for _ in range(sizes.turns_per_session):
             await run_turn(coordinator, watcher, warm_up.id)
         for _ in range(sizes.repeats):
-            sessions = [await coordinator.create_session("bench") for _ in range(_sessions(sizes))]
-            started = cpu_seconds()
-            for index in range(sizes.turns):
-                await run_turn(coordinator, watcher, sessions[index // sizes.turns_per_session].id)
-            cpu.append((cpu_seconds() - started) / sizes.turns)
+            cpu.append((await sequential(coordinator, watcher, sizes))[1])
     return median(cpu)
-
-
-def _sessions(sizes: Sizes) -> int:
-    return -(-sizes.turns // sizes.turns_per_session)
 
 
 class _Idle:
@@ -115,7 +107,7 @@ async def _aio_turn_cpu(coordinator: AioCoordinator, idle: _Idle, sizes: Sizes) 
         await idle.turn(coordinator, warm_up.id)
     cpu = []
     for _ in range(sizes.repeats):
-        sessions = [await coordinator.create_session("bench") for _ in range(_sessions(sizes))]
+        sessions = [await coordinator.create_session("bench") for _ in range(-(-sizes.turns // sizes.turns_per_session))]
         started = cpu_seconds()
         for index in range(sizes.turns):
             await idle.turn(coordinator, sessions[index // sizes.turns_per_session].id)

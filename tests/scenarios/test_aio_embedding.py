@@ -285,4 +285,6 @@ def test_the_asyncio_coordinator_has_every_method_of_the_trio_one() -> None:
     for name in public:
         ours, theirs = getattr(AioCoordinator, name), getattr(Coordinator, name)
         if callable(theirs):
-            assert inspect.signature(ours).parameters.keys() == inspect.signature(theirs).parameters.keys(), name
+            assert inspect.signature(ours).parameters.keys() == inspect.signature(theirs).parameters.keys(), (
+                name
+            )

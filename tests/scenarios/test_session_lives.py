@@ -15,33 +15,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
 from coordinator import Coordinator
 from coordinator.actors import session_life
-from coordinator.models.base import ModelReply, ModelRequest, ToolSpec
+from coordinator.models.base import ToolSpec
 from coordinator.models.scripted import ScriptedModel
 from coordinator.tools.base import Tool, ToolContext, any_resource
 from tests.conftest import Recorder, make_config, running
+from tests.scenarios.test_stop_matrix import CountingModel
 
 PID_TOOL = ToolSpec(name="kept_pid", description="The pid of the session's kept process.", parameters={})
-
-
-@attrs.define
-class RecordingModel:
-    """The scripted model, keeping every request it was sent."""
-
-    inner: ScriptedModel
-    requests: list[ModelRequest] = attrs.Factory(list)
-
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        self.requests.append(request)
-        return await self.inner.complete(request)
-
-    async def aclose(self) -> None:
-        return None
 
 
 @contextlib.asynccontextmanager
@@ -124,7 +109,7 @@ async def test_a_kept_process_is_closed_once_its_session_idled(
 async def test_a_provided_tool_is_offered_and_runs_until_it_is_withdrawn(tmp_path: Path) -> None:
     """Provided: the next request offers it and the call runs; withdrawn: not offered, and a call
     the model still makes fails as a call to an unknown tool (the turn goes on)."""
-    model = RecordingModel(ScriptedModel.from_json([CALL, DONE, CALL, DONE]))
+    model = CountingModel(ScriptedModel.from_json([CALL, DONE, CALL, DONE]))
     async with running(make_config(tmp_path), model=model) as (coord, recorder):
         session = await coord.create_session()
         tables = coord._runtime.tools
@@ -143,7 +128,7 @@ async def test_a_provided_tool_is_offered_and_runs_until_it_is_withdrawn(tmp_pat
 
 async def test_a_tool_provided_to_one_session_is_not_offered_to_another(tmp_path: Path) -> None:
     """A session's own tools are its own; the others see the fixed table."""
-    model = RecordingModel(ScriptedModel.from_json([DONE, DONE]))
+    model = CountingModel(ScriptedModel.from_json([DONE, DONE]))
     async with running(make_config(tmp_path), model=model) as (coord, recorder):
         mine, theirs = await coord.create_session(), await coord.create_session()
         coord._runtime.tools.provide("tests", [PID], session_id=mine.id)
