@@ -32,7 +32,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.log_output",
         ),
     ),
-    ("embedding API", ("coordinator", "coordinator._open", "coordinator._coordinator", "coordinator.aio")),
+    (
+        "embedding API",
+        (
+            "coordinator",
+            "coordinator._open",
+            "coordinator._coordinator",
+            "coordinator.aio",
+            "coordinator._guest",
+        ),
+    ),
     (
         "runtime",
         (

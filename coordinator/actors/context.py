@@ -184,7 +184,9 @@ class TurnScope:
     """
 
     runtime: Runtime = attrs.field(repr=False)  # reprs stay a line (``Runtime``)
-    identity: Turn = attrs.field(on_setattr=attrs.setters.frozen)
+    # Never reassigned. Not guarded by a setattr hook: attrs would then route every write of the run
+    # state below (span, title, settling) through one, a dozen times a turn.
+    identity: Turn
     journal: Journal = attrs.field(
         init=False, repr=False, default=attrs.Factory(lambda self: self._new_journal(), takes_self=True)
     )
