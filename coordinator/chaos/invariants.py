@@ -39,6 +39,10 @@ from coordinator.statuses import ClaimState, TurnStatus
 _RESUMED_AFTER = {TurnStatus.SUSPENDED: "shutdown", TurnStatus.RUNNING: "crash"}
 
 
+# What a turn taken over may be when its phase ended early (see ``check_resumes``).
+_CUT_SHORT = frozenset({TurnStatus.RUNNING, TurnStatus.SUSPENDED, TurnStatus.STOPPING})
+
+
 def check_run(
     record: RunRecord,
     view: StoreView,
@@ -210,10 +214,12 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
                 want, got = int(expected == after), counts[(turn_id, after)]
                 # A takeover whose resumption could not be committed (an injected store failure) fails;
                 # a crash or a shutdown may come before the resumption is committed, and the next
-                # restart resumes the turn (still running, or suspended again).
+                # restart resumes the turn (still running, or suspended again), or, when a stop was
+                # decided at the start of the takeover and its settlement was cut off, settles it as
+                # that stop (still stopping: checked below).
                 after_row = phase.view.turns.get(turn_id)
                 cut_short = phase.end in ("crash", "failed", "stuck", "shutdown") and (
-                    after_row is not None and after_row.status in (TurnStatus.RUNNING, TurnStatus.SUSPENDED)
+                    after_row is not None and after_row.status in _CUT_SHORT
                 )
                 failed = phase.store_failed and turn_id in record.failed_turns
                 # A stop at the very start of the takeover settles the turn before it resumes.

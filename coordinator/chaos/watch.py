@@ -188,8 +188,12 @@ def check_bus(record: RunRecord, view: Reader, first_seq: int, seen: list[Event]
     """The live subscription delivered exactly what the phase committed, in order."""
     stored = view.events_after(first_seq, limit=100_000)
     if [e.seq for e in seen] != [e.seq for e in stored]:
+        delivered = {e.seq for e in seen}
+        missed = [f"{e.seq} {e.type}" for e in stored if e.seq not in delivered]
         record.violate(
-            7, f"the subscriber saw seqs {[e.seq for e in seen]}, the store has {[e.seq for e in stored]}"
+            7,
+            f"the subscriber saw seqs {[e.seq for e in seen]}, the store has {[e.seq for e in stored]}"
+            f" (not delivered: {', '.join(missed) or 'none'})",
         )
 
 

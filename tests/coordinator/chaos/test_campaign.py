@@ -199,6 +199,13 @@ FOUND = {
         67,
         "14:tool.end:shutdown",
     ),
+    # The checker's own: an interrupt at the start of a takeover, its settlement cut off by a crash,
+    # leaves the turn stopping (settled as the interrupt by the next start, never resumed).
+    "run 6849 a takeover stopped before its resume, then crashed while it settled": (
+        0,
+        6849,
+        "2:model.request:crash,7:turn.start:interrupt,11:settle.turn:crash",
+    ),
 }
 
 
