@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	@# The 100s (cancellation and cleanup) and 200s (blocking calls). Not adopted: ASYNC124 (ASGI
 	@# endpoints must be async), ASYNC127 (asks for httpx2; the stack is httpx), the 900s.
-	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener \
+	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener,_live \
 		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py')
 
 fmt: $(STAMP)

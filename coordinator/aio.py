@@ -206,7 +206,7 @@ async def _shut_down(guest: Guest, *, raise_failure: bool) -> None:
     while not guest.done.done():
         try:
             await asyncio.shield(guest.done)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # noqa: ASYNC103 (re-raised below, once the shutdown is over)
             cancelled = True
     result = guest.done.result()
     if raise_failure:

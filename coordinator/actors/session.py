@@ -287,12 +287,21 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
     recovered = resumed
     scope.waits.kept(call.call_id for call, _ in recovered.restorable)
     async with trio.open_nursery() as nursery:
-        for call, request in recovered.restorable:
-            await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, restore=request))
-        for call in recovered.sub_agents:
-            # A task call resumes its sub-agent's turn inside it (or reads how it ended): permitted
-            # before the restart, so it asks no one again.
-            await nursery.start(functools.partial(tool_call.run, scope, scope.handle, call, permitted=True))
+        # Every kept call's actor starts, even when a stop arrives meanwhile: each settles its own
+        # kept wait, and every call's failure waits for all of them (``WaitBook.settled``), so one
+        # left unstarted would hold the others until their cleanup's bound. A start does not block:
+        # an actor is started before its first await.
+        with trio.CancelScope(shield=True):
+            for call, request in recovered.restorable:
+                await nursery.start(
+                    functools.partial(tool_call.run, scope, scope.handle, call, restore=request)
+                )
+            for call in recovered.sub_agents:
+                # A task call resumes its sub-agent's turn inside it (or reads how it ended): permitted
+                # before the restart, so it asks no one again.
+                await nursery.start(
+                    functools.partial(tool_call.run, scope, scope.handle, call, permitted=True)
+                )
 
 
 async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | None:

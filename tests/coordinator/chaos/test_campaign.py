@@ -201,6 +201,14 @@ FOUND = {
     ),
     # The checker's own: an interrupt at the start of a takeover, its settlement cut off by a crash,
     # leaves the turn stopping (settled as the interrupt by the next start, never resumed).
+    # A stop while a resumed turn started its kept calls' actors left the ones not started yet kept,
+    # and the started ones waited for them until their cleanup's bound: the shutdown's grace ran out
+    # and its last event reached no subscriber.
+    "run 3459 a shutdown while a resumed turn starts its kept calls": (
+        0,
+        3459,
+        "14:model.request:crash,16:turn.start:shutdown",
+    ),
     "run 6849 a takeover stopped before its resume, then crashed while it settled": (
         0,
         6849,
