@@ -22,7 +22,7 @@ from pathlib import Path
 import trio
 
 from bench.harness import Sizes, bench_config, cpu_seconds, median, p99, tool_then_text_script
-from bench.turns import run_turn, sequential, watched_coordinator
+from bench.turns import sequential_cpu
 from coordinator.aio import AioCoordinator, open_coordinator
 from coordinator.events import Event
 from coordinator.models.scripted import ScriptedModel
@@ -32,7 +32,7 @@ LAG_PROBE_SECONDS = 0.001
 
 async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
     per_session = max(sizes.turns_per_session, sizes.concurrent_turns)
-    trio_cpu = await _trio_turn_cpu(workdir, sizes, per_session)
+    trio_cpu = await sequential_cpu(workdir, "aio-trio.sqlite", sizes, per_session)
     aio_cpu, lag = await trio.to_thread.run_sync(
         lambda: asyncio.run(_aio_figures(workdir, sizes, per_session)), abandon_on_cancel=False
     )
@@ -43,23 +43,6 @@ async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
         "aio_loop_lag_ms_p99": p99(lag) * 1000,
         "aio_loop_lag_ms_max": max(lag) * 1000,
     }
-
-
-async def _trio_turn_cpu(workdir: Path, sizes: Sizes, per_session: int) -> float:
-    """CPU seconds a sequential turn through the trio API (median of ``repeats``), as ``turns`` measures it."""
-    cpu = []
-    async with watched_coordinator(
-        workdir, "aio-trio.sqlite", "full", tool_then_text_script(per_session)
-    ) as (
-        coordinator,
-        watcher,
-    ):
-        warm_up = await coordinator.create_session("warm-up")
-        for _ in range(sizes.turns_per_session):
-            await run_turn(coordinator, watcher, warm_up.id)
-        for _ in range(sizes.repeats):
-            cpu.append((await sequential(coordinator, watcher, sizes))[1])
-    return median(cpu)
 
 
 class _Idle:
@@ -107,7 +90,10 @@ async def _aio_turn_cpu(coordinator: AioCoordinator, idle: _Idle, sizes: Sizes) 
         await idle.turn(coordinator, warm_up.id)
     cpu = []
     for _ in range(sizes.repeats):
-        sessions = [await coordinator.create_session("bench") for _ in range(-(-sizes.turns // sizes.turns_per_session))]
+        sessions = [
+            await coordinator.create_session("bench")
+            for _ in range(-(-sizes.turns // sizes.turns_per_session))
+        ]
         started = cpu_seconds()
         for index in range(sizes.turns):
             await idle.turn(coordinator, sessions[index // sizes.turns_per_session].id)

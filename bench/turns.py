@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import time
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -135,21 +135,34 @@ async def measure_turns(workdir: Path, sizes: Sizes) -> dict[str, float]:
 async def _cpu_with_serving_gc(workdir: Path, sizes: Sizes, per_session: int) -> float:
     """``turn_cpu_ms``'s workload with the collector tuned as ``coordinator serve`` tunes it."""
     thresholds = gc.get_threshold()
-    cpu = []
     try:
-        async with watched_coordinator(
-            workdir, "turns-serving-gc.sqlite", "full", tool_then_text_script(per_session)
-        ) as (coordinator, watcher):
-            tune_gc_for_serving()
-            warm_up = await coordinator.create_session("warm-up")
-            for _ in range(sizes.turns_per_session):
-                await run_turn(coordinator, watcher, warm_up.id)
-            for _ in range(sizes.repeats):
-                cpu.append((await sequential(coordinator, watcher, sizes))[1])
+        return (
+            await sequential_cpu(workdir, "turns-serving-gc.sqlite", sizes, per_session, tune_gc_for_serving)
+            * 1000
+        )
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-    return median(cpu) * 1000
+
+
+async def sequential_cpu(
+    workdir: Path, db_name: str, sizes: Sizes, per_session: int, prepare: Callable[[], None] | None = None
+) -> float:
+    """CPU seconds a sequential turn (FULL), median of ``repeats``, after a session's worth of warm-up
+    turns; ``prepare`` runs once the coordinator is open."""
+    cpu = []
+    async with watched_coordinator(workdir, db_name, "full", tool_then_text_script(per_session)) as (
+        coordinator,
+        watcher,
+    ):
+        if prepare is not None:
+            prepare()
+        warm_up = await coordinator.create_session("warm-up")
+        for _ in range(sizes.turns_per_session):
+            await run_turn(coordinator, watcher, warm_up.id)
+        for _ in range(sizes.repeats):
+            cpu.append((await sequential(coordinator, watcher, sizes))[1])
+    return median(cpu)
 
 
 async def measure_checkpoint_overhead(workdir: Path, sizes: Sizes, turns_per_s: float) -> dict[str, float]:
