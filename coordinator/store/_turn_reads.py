@@ -23,6 +23,11 @@ from coordinator.store.rows import (
 
 _TURNS = f"SELECT {TURN_ROW.select} FROM turns"
 _CALLS = f"SELECT {TOOL_CALL_ROW.select} FROM tool_calls"
+# The queries every turn runs, built once (an enum formatted into a query costs a call each time).
+_NEXT_TURN = _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' AND parent_call_id IS NULL"
+_RUNNING_TURN = _TURNS + f" WHERE session_id = ? AND status = '{TurnStatus.RUNNING}'"
+_RUNNING_STEPS = f"SELECT id FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}' ORDER BY ord"
+_RUNNING_CALLS = _CALLS + f" WHERE turn_id = ? AND status = '{CallStatus.RUNNING}' ORDER BY ord"
 # ``parked != 0`` is the partial index's own condition (``turns_parked``): a query uses that index
 # only when its WHERE says so itself.
 _PARKED = "SELECT id FROM turns WHERE parked != 0 AND parked = ?"
@@ -53,10 +58,7 @@ class TurnReads(SqlReads):
         # A task call's turn is run by that call, never by the session's own actor.
         # The unfinished turn before the queued ones, then by ord; chosen here among the session's
         # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
-        rows = self._all(
-            _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' AND parent_call_id IS NULL",
-            (session_id,),
-        )
+        rows = self._all(_NEXT_TURN, (session_id,))
         return TURN_ROW.load(min(rows, key=_queued_last)) if rows else None
 
     def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
@@ -68,9 +70,7 @@ class TurnReads(SqlReads):
         return [TURN_ROW.load(row) for row in rows]
 
     def running_turn(self, session_id: str) -> TurnRow | None:
-        return TURN_ROW.load_or_none(
-            self._one(_TURNS + f" WHERE session_id = ? AND status = '{TurnStatus.RUNNING}'", (session_id,))
-        )
+        return TURN_ROW.load_or_none(self._one(_RUNNING_TURN, (session_id,)))
 
     def unfinished_turns_with_owners(
         self, me: str
@@ -155,10 +155,7 @@ class TurnReads(SqlReads):
         return "" if row is None or row[0] is None else str(row[0])
 
     def running_steps(self, turn_id: str) -> list[str]:
-        rows = self._all(
-            f"SELECT id FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}' ORDER BY ord",
-            (turn_id,),
-        )
+        rows = self._all(_RUNNING_STEPS, (turn_id,))
         return [r[0] for r in rows]
 
     # history --------------------------------------------------------------------------------
@@ -194,12 +191,7 @@ class TurnReads(SqlReads):
         ]
 
     def running_calls_of_turn(self, turn_id: str) -> list[ToolCallRow]:
-        return [
-            TOOL_CALL_ROW.load(r)
-            for r in self._all(
-                _CALLS + f" WHERE turn_id = ? AND status = '{CallStatus.RUNNING}' ORDER BY ord", (turn_id,)
-            )
-        ]
+        return [TOOL_CALL_ROW.load(r) for r in self._all(_RUNNING_CALLS, (turn_id,))]
 
     def tool_started(self, session_id: str, call_id: str) -> bool:
         row = self._one(
