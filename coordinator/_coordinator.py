@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 from prometheus_client import CollectorRegistry
 
-from coordinator import claims, decisions, errors, retention
+from coordinator import claims, decisions, errors, prompts, retention
 from coordinator.actors.context import Runtime
 from coordinator.bus import Subscription
 from coordinator.config import Config
 from coordinator.logs import get_logger
-from coordinator.records import Form, Message, Node, PermissionRequest, Session
+from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 from coordinator.registry import Registry
 from coordinator.store import Reader, Store
 
@@ -123,19 +123,66 @@ class Coordinator:
         await self._check_session(session_id)
         return await self._runtime.store.read(lambda reader: reader.history(session_id))
 
-    async def prompt(self, session_id: str, text: str) -> str:
-        """Queue a turn for ``text``; it runs after any turn the session is running. Returns its id.
+    async def prompt(
+        self, session_id: str, text: str, *, mode: str = "queue", expected_turn_id: str | None = None
+    ) -> str:
+        """Send a prompt; returns the id of the turn it is, or (``steer``) joins.
 
-        **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text), ``CoordinatorClosed``.
+        ``mode``: ``queue`` (a new turn after any running or queued one), ``steer`` (see ``steer``:
+        the running turn's id, or the queued turn the text became), or ``interrupt`` (the running
+        turn stops with reason interrupt and this prompt runs next). ``expected_turn_id``: accept it
+        only while that turn is the session's running turn.
+
+        **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text, unknown mode),
+        ``TurnMismatch``, ``CoordinatorClosed``.
         """
+        return (await self._send(session_id, text, mode, expected_turn_id)).turn_id
+
+    async def steer(self, session_id: str, text: str, *, expected_turn_id: str | None = None) -> Steered:
+        """Send ``text`` into the running turn: it reaches the model at the turn's next step boundary
+        (after the current step's tool calls settle, before the next model request) as a user message,
+        with ``session.turn.steered``. When no turn runs, or the turn ends or stops before that
+        boundary, the text becomes a queued turn (``session.turn.queued`` with ``from_steer``).
+
+        Returns the steer's id and the turn it waits for (or became). Returns once it is durable.
+
+        **Raises:** ``SessionNotFound``, ``InvalidRequest``, ``TurnMismatch`` (``expected_turn_id``
+        is not the running turn: nothing is accepted), ``CoordinatorClosed``.
+        """
+        accepted = await self._send(session_id, text, "steer", expected_turn_id)
+        assert accepted.steer_id is not None
+        return Steered(turn_id=accepted.turn_id, steer_id=accepted.steer_id)
+
+    async def _send(
+        self, session_id: str, text: str, mode: str, expected_turn_id: str | None
+    ) -> prompts.Accepted:
         self._check_open()
         # A scheduling point before the queueing: the chaos campaign replays a run by the order in which
         # sessions pass their checkpoints, and that order counts this one (design/chaos.md).
         await trio.lowlevel.checkpoint()
-        turn_id = await decisions.queue_prompt(self._runtime, session_id, text)  # checks the session
+        accepted = await prompts.send(self._runtime, session_id, text, mode, expected_turn_id)
+        if accepted.stopped is not None:
+            await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         self._registry.ensure_running(session_id)
         await self._durable()
-        return turn_id
+        return accepted
+
+    async def queued_turns(self, session_id: str) -> list[QueuedTurn]:
+        """The session's queued turns, in the order they will run. **Raises:** ``SessionNotFound``."""
+        await self._durable()
+        await self._check_session(session_id)
+        rows = await self._runtime.store.read(lambda reader: reader.queued_turns(session_id))
+        return [QueuedTurn(turn_id=row.id, text=row.prompt, created_at=row.created_at) for row in rows]
+
+    async def cancel_turn(self, session_id: str, turn_id: str) -> None:
+        """Cancel a queued turn: it never runs (``session.turn.cancelled``). Returns once durable.
+
+        **Raises:** ``SessionNotFound``, ``TurnNotFound``, ``TurnNotQueued`` (it started or ended:
+        interrupt it instead).
+        """
+        await self._check_session(session_id)
+        await prompts.cancel_queued(self._runtime, session_id, turn_id)
+        await self._durable()
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session whose turns are all settled: its history, tool calls, permission requests,
@@ -157,16 +204,31 @@ class Coordinator:
                 await self._runtime.lives.end(each)  # what its tools kept for it closes now
             self._runtime.tools.forget_session(each)
 
-    async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
+    async def interrupt(
+        self, session_id: str, *, by: str = "embedder", when: str = "now", queued: str = "keep"
+    ) -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
+
+        ``when="after_step"``: a soft stop. The running step and its tool calls finish (their waits
+        stay open) and the turn stops before its next model request, with reason
+        ``{type: "interrupt", by, soft: true}``; a plain interrupt afterwards stops it at once. A
+        step that ends the turn (the model answered without tools) lets it succeed.
+        ``queued="cancel"``: every queued turn of the session is cancelled too, each with
+        ``session.turn.cancelled`` (and so are steers still waiting for the running turn).
 
         A turn parked by ``[server] resume = "manual"`` is stopped too: it settles as interrupted (its
         waits revoked) without running again. Returns once the stop is recorded, before cleanup ends.
 
-        **Raises:** ``SessionNotFound``.
+        **Raises:** ``SessionNotFound``, ``InvalidRequest`` (an unknown ``when`` or ``queued``).
         """
+        if when not in ("now", "after_step"):
+            raise errors.InvalidRequest(message=f"when must be now or after_step, not {when!r}")
+        if queued not in ("keep", "cancel"):
+            raise errors.InvalidRequest(message=f"queued must be keep or cancel, not {queued!r}")
         await self._check_session(session_id)
-        stopped = await decisions.interrupt(self._runtime, session_id, by)
+        stopped = await decisions.interrupt(
+            self._runtime, session_id, by, soft=when == "after_step", cancel_queued=queued == "cancel"
+        )
         if stopped:
             await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         await self._durable()
@@ -201,17 +263,30 @@ class Coordinator:
         )
 
     async def reply_permission(
-        self, session_id: str, request_id: str, decision: str, message: str | None = None
+        self,
+        session_id: str,
+        request_id: str,
+        decision: str,
+        message: str | None = None,
+        *,
+        input: Any = None,
     ) -> PermissionRequest:
         """Answer a permission request: ``once``, ``always`` or ``reject``.
 
+        ``input`` (with ``once`` or ``always``): the call runs with this input instead of the model's.
+        It must fit the tool's input schema (``InvalidInput`` otherwise); ``permission.replied``
+        carries it, and the model's next request shows its call as asked, and the result with a note
+        that the user changed the input to this one.
+
         **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with its settlement),
-        ``InvalidRequest`` (an unknown decision), ``CoordinatorClosed`` during a shutdown (the request
+        ``InvalidRequest`` (an unknown decision), ``InvalidInput``, ``CoordinatorClosed`` during a shutdown (the request
         is kept and restored with its id by the next start, where the reply is taken).
         """
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         await self._check_session(session_id)
-        replied = await decisions.reply_permission(self._runtime, session_id, request_id, decision, message)
+        replied = await decisions.reply_permission(
+            self._runtime, session_id, request_id, decision, message, input
+        )
         if decision == "reject" and not message:
             await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()

@@ -17,8 +17,8 @@ from typing import Any, cast
 
 import attrs
 
-from coordinator import errors, events, permissions, wire
-from coordinator.actors import stops, wait
+from coordinator import edited_inputs, errors, events, permissions, wire
+from coordinator.actors import steers, stops, wait
 from coordinator.actors.context import Runtime
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
@@ -47,6 +47,11 @@ def _text(value: object, what: str, *, empty_ok: bool, limit: int = MAX_TEXT) ->
     return value
 
 
+def prompt_text(value: object) -> str:
+    """A prompt's or a steer's text. **Raises:** ``InvalidRequest`` (not a string, empty, too long)."""
+    return _text(value, "text", empty_ok=False)
+
+
 async def create_session(runtime: Runtime, title: str) -> Session:
     title = _text(title, "title", empty_ok=True, limit=MAX_TITLE)
     session_id = new_id("ses")
@@ -72,8 +77,8 @@ async def queue_prompt(runtime: Runtime, session_id: str, text: str) -> str:
         tx.hold_session(session_id)
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
         # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
-        _existing(tx, session_id)
-        tx.insert_turn(turn_id, session_id, _text(text, "text", empty_ok=False), now_rfc3339())
+        existing_session(tx, session_id)
+        tx.insert_turn(turn_id, session_id, prompt_text(text), now_rfc3339())
 
     await runtime.store.write(queue)
     return turn_id
@@ -90,7 +95,7 @@ async def delete_session(runtime: Runtime, session_id: str) -> list[str]:
 
     def delete(tx: Transaction) -> tuple[list[str], int]:
         tx.hold_session(session_id)
-        _existing(tx, session_id)
+        existing_session(tx, session_id)
         sessions = [session_id, *tx.descendants(session_id)]
         for each in sessions:
             _refuse_if_busy(tx, each, session_id)
@@ -114,52 +119,90 @@ def _refuse_if_busy(tx: Transaction, session_id: str, deleting: str) -> None:
         )
 
 
-def _existing(tx: Transaction, session_id: str) -> None:
+def existing_session(tx: Transaction, session_id: str) -> None:
     if not tx.session_exists(session_id):
         raise errors.SessionNotFound(message=f"no session {session_id!r}", session_id=session_id)
 
 
-async def interrupt(runtime: Runtime, session_id: str, by: str) -> bool:
+async def interrupt(
+    runtime: Runtime, session_id: str, by: str, *, soft: bool = False, cancel_queued: bool = False
+) -> bool:
     """Record an interrupt of the session's running turn, then cancel it. False if none to stop.
 
+    ``soft``: the running step and its calls finish, and the turn stops at its next step boundary
+    (``stops.soft_stop_due``); a parked turn has no step to finish and stops at once.
+    ``cancel_queued``: every queued turn of the session is cancelled too, and every steer still
+    pending for the running turn (each with its events), whether or not a turn was stopped.
+
     The turn may run in another process sharing the database: the intent is durable, and that
-    process applies it (``apply_remote_decisions``).
+    process applies it (``apply_remote_decisions``; a soft stop is read at the boundary itself).
     """
     if by not in ("api", "embedder"):
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
-    reason = Interrupt.by_person(by)  # type: ignore[arg-type]
+    reason = Interrupt.by_person(by, soft=soft)  # type: ignore[arg-type]
 
     def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None]:
         tx.hold_session(session_id)
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
         turn = tx.interruptible_turn(session_id)
+        if cancel_queued:
+            _cancel_every_queued(tx, session_id, turn)
         if turn is None:
             return None, None
-        return turn, stops.decide_in(tx, turn.id, reason, live=runtime.turns.get(turn.id))
+        live = runtime.turns.get(turn.id)
+        if soft and turn.status == TurnStatus.RUNNING:
+            recorded = stops.admits(live) and tx.record_soft_stop(turn.id, reason)
+            return turn, None if not recorded else reason
+        return turn, stops.decide_in(tx, turn.id, reason, live=live)
 
     turn, stop = await runtime.store.write(decide)
     if turn is None or stop is None:
         return False
-    stops.apply(runtime, turn.id, stop)
-    log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by)
+    if not (soft and turn.status == TurnStatus.RUNNING):
+        stops.apply(runtime, turn.id, stop)
+    log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by, soft=soft)
     return True
 
 
+def _cancel_every_queued(tx: Transaction, session_id: str, running: TurnRow | None) -> list[str]:
+    """Inside an interrupt's transaction: cancel every queued turn of the session, and the steers
+    still pending for its running turn (each queued, then cancelled, with its events)."""
+    if running is not None:
+        steers.queue_pending(tx, running.id)
+    cancelled = []
+    for turn in tx.queued_turns(session_id):
+        if tx.cancel_queued_turn(turn.id):
+            tx.emit(events.turn_cancelled(session_id, turn.id))
+            cancelled.append(turn.id)
+    return cancelled
+
+
 async def reply_permission(
-    runtime: Runtime, session_id: str, request_id: str, decision: str, message: str | None
+    runtime: Runtime,
+    session_id: str,
+    request_id: str,
+    decision: str,
+    message: str | None,
+    edited_input: Any = None,
 ) -> PermissionRequest:
+    """Answer a permission request; ``edited_input`` (with ``once`` or ``always``): the call runs
+    with it instead of the model's input, checked against the tool's input schema first."""
     if decision not in DECISIONS:
         raise errors.InvalidRequest(message=f"decision must be one of once, always, reject; got {decision!r}")
     if message is not None and not isinstance(message, str):
         raise errors.InvalidRequest(message="message must be a string")
+    if edited_input is not None and decision == "reject":
+        raise errors.InvalidRequest(message="input is taken with once or always, not with reject")
     # An empty message is no message: a reject without one is a declined stop, everywhere it is read
     # (here, and by a restored wait reading the stored reply back).
     message = message or None
 
     def reply(tx: Transaction) -> tuple[PermissionRequest, str, list[PermissionRequest], StopReason | None]:
-        _refuse_if_closing(runtime)
+        refuse_if_closing(runtime)
         tx.hold_session(session_id)
         request = _pending_request(tx, session_id, request_id)
+        if edited_input is not None:
+            edited_inputs.check(runtime.tools.for_session(session_id), request.action, edited_input)
         turn_id = _wait_turn(tx, request_id)
         if (stopping := _stop_of(tx, turn_id)) is not None:
             raise errors.PermissionAlreadySettled(
@@ -167,12 +210,16 @@ async def reply_permission(
                 request_id=request_id,
                 settlement=_revoked_for(stopping),
             )
-        if not tx.reply_permission(request_id, decision, message):
+        if not tx.reply_permission(request_id, decision, message, edited_input):
             # Settled since it was read, by a transaction the store ran alongside this one
             # (PostgreSQL); the compare-and-set decides, and this one answers as a late reply does.
             _pending_request(tx, session_id, request_id)
+        if edited_input is not None:
+            tx.set_edited_input(session_id, request.call_id, edited_input)
         # It was pending as read, and this reply settled it.
-        replied = attrs.evolve(request, status=PermissionStatus.REPLIED, decision=cast(Decision, decision))
+        replied = attrs.evolve(
+            request, status=PermissionStatus.REPLIED, decision=cast(Decision, decision), input=edited_input
+        )
         tx.emit(events.permission_replied(replied))
         also = _apply_always(runtime, tx, replied) if decision == "always" else []
         stop = None
@@ -182,7 +229,7 @@ async def reply_permission(
         return replied, turn_id, also, stop
 
     replied, turn_id, also, stop = await runtime.store.write(reply)
-    runtime.waits.resolve(request_id, _replied(decision, message))
+    runtime.waits.resolve(request_id, _replied(decision, message, edited_input))
     for other in also:
         runtime.waits.resolve(other.id, _replied("always", None))
     if stop is not None:
@@ -190,11 +237,11 @@ async def reply_permission(
     return replied
 
 
-def _replied(decision: str, message: str | None) -> wait.Replied:
-    return wait.Replied(decision=decision, message=message)  # type: ignore[arg-type]
+def _replied(decision: str, message: str | None, edited_input: Any = None) -> wait.Replied:
+    return wait.Replied(decision=decision, message=message, input=edited_input)  # type: ignore[arg-type]
 
 
-def _refuse_if_closing(runtime: Runtime) -> None:
+def refuse_if_closing(runtime: Runtime) -> None:
     """Inside the decision's transaction: between it and the stop it implies nothing awaits, so a
     decision either lands before a shutdown suspends the turn or is refused (the wait is kept and
     answered after the restart)."""
@@ -209,7 +256,7 @@ async def resume(runtime: Runtime, session_id: str) -> TurnRow:
     """
 
     def release(tx: Transaction) -> TurnRow:
-        _refuse_if_closing(runtime)
+        refuse_if_closing(runtime)
         tx.hold_session(session_id)
         turn = tx.parked_turn(session_id)
         if turn is None or not tx.release_parked(turn.id):
@@ -277,7 +324,7 @@ def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest)
 async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any]) -> Form:
 
     def submit(tx: Transaction) -> Form:
-        _refuse_if_closing(runtime)
+        refuse_if_closing(runtime)
         tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         _refuse_if_form_stopping(tx, form_id)
@@ -297,7 +344,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
 async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message: str | None) -> Form:
 
     def dismiss(tx: Transaction) -> tuple[Form, str, StopReason | None]:
-        _refuse_if_closing(runtime)
+        refuse_if_closing(runtime)
         tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         turn_id = _refuse_if_form_stopping(tx, form_id)
@@ -391,5 +438,8 @@ def _committed_decisions(
     form's answer): a few statements however many turns and waits run here."""
     replied, settled = reader.decided_waits(wait_ids)
     answers: dict[str, Any] = {form.id: form for form in settled}
-    answers |= {wait_id: _replied(decision, message) for wait_id, (decision, message) in replied.items()}
+    answers |= {
+        wait_id: _replied(decision, message, edited)
+        for wait_id, (decision, message, edited) in replied.items()
+    }
     return reader.stopping_turns(turn_ids), answers

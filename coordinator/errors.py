@@ -18,6 +18,10 @@
     │   ├── FormAlreadySettled           409: submitted, cancelled or revoked before
     │   ├── SessionBusy                  409: a delete of a session whose turn is not settled
     │   ├── NothingToResume              409: the session has no parked turn to resume
+    │   ├── TurnNotFound                 404: no turn of this session has this id
+    │   ├── TurnNotQueued                409: the turn is no longer queued (it started, or ended)
+    │   ├── TurnMismatch                 409: ``expected_turn_id`` does not name the running turn
+    │   ├── InvalidInput                 400: an edited tool input its tool's input schema refuses
     │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
     │   └── InternalError                500: anything unexpected; its traceback stays in the log
     ├── ConfigError                      a bad config file or flag (the CLI exits 2)
@@ -211,6 +215,51 @@ class NothingToResume(ClientError):
     status: ClassVar[int] = 409
 
     session_id: str = ""
+
+
+@attrs.define(eq=False)
+class TurnNotFound(ClientError):
+    """No turn of this session has this id (a task call's turn is not the session's to cancel)."""
+
+    name: ClassVar[str] = "TurnNotFound"
+    status: ClassVar[int] = 404
+
+    turn_id: str = ""
+
+
+@attrs.define(eq=False)
+class TurnNotQueued(ClientError):
+    """Only a queued turn can be cancelled; this one started (or ended) already: ``status`` says
+    where it is. Interrupt a running turn instead."""
+
+    name: ClassVar[str] = "TurnNotQueued"
+    status: ClassVar[int] = 409
+
+    turn_id: str = ""
+    turn_status: str = ""
+
+
+@attrs.define(eq=False)
+class TurnMismatch(ClientError):
+    """The prompt named a turn (``expected_turn_id``) that is not the session's running turn:
+    ``running_turn_id`` is the one that runs (None when none does). Nothing was accepted."""
+
+    name: ClassVar[str] = "TurnMismatch"
+    status: ClassVar[int] = 409
+
+    expected_turn_id: str = ""
+    running_turn_id: str | None = None
+    turn_id: str | None = None  # the same: the running turn's id
+
+
+@attrs.define(eq=False)
+class InvalidInput(ClientError):
+    """An approval's edited input does not fit the tool's input schema; ``problems`` says where."""
+
+    name: ClassVar[str] = "InvalidInput"
+    status: ClassVar[int] = 400
+
+    problems: list[str] = attrs.Factory(list)
 
 
 @attrs.define(eq=False)

@@ -61,6 +61,36 @@ class TurnStarted(EventPayload):
 
 
 @attrs.frozen(kw_only=True)
+class TurnQueued(EventPayload):
+    """A steer became a queued turn of its own: its turn ended or stopped before a step boundary
+    delivered it, or no turn ran when it was sent."""
+
+    type: ClassVar[str] = "session.turn.queued"
+    turn_id: str
+    text: str
+    from_steer: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TurnSteered(EventPayload):
+    """A steer reached the running turn at a step boundary, as a user message before the next
+    request to the model."""
+
+    type: ClassVar[str] = "session.turn.steered"
+    turn_id: str
+    steer_id: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class TurnCancelled(EventPayload):
+    """A person cancelled a queued turn: it never runs."""
+
+    type: ClassVar[str] = "session.turn.cancelled"
+    turn_id: str
+
+
+@attrs.frozen(kw_only=True)
 class StepStarted(EventPayload):
     """A request to the model started."""
 
@@ -193,6 +223,8 @@ class PermissionReplied(EventPayload):
     request_id: str
     session_id: str
     decision: Decision
+    # The input the person approved the call with, when they changed the model's.
+    input: Any = None
 
 
 @attrs.frozen(kw_only=True)
@@ -305,6 +337,9 @@ class StreamTruncated:
 EVENT_PAYLOADS: tuple[type[EventPayload], ...] = (
     SessionCreated,
     TurnStarted,
+    TurnQueued,
+    TurnSteered,
+    TurnCancelled,
     StepStarted,
     StepSucceeded,
     StepFailed,

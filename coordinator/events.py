@@ -75,6 +75,9 @@ class Draft:
 # Each type's payload, from its fields straight to its JSON object (``event_payloads.wire_builder``).
 _session_created = payloads.wire_builder(payloads.SessionCreated)
 _turn_started = payloads.wire_builder(payloads.TurnStarted)
+_turn_queued = payloads.wire_builder(payloads.TurnQueued)
+_turn_steered = payloads.wire_builder(payloads.TurnSteered)
+_turn_cancelled = payloads.wire_builder(payloads.TurnCancelled)
 _step_started = payloads.wire_builder(payloads.StepStarted)
 _step_succeeded = payloads.wire_builder(payloads.StepSucceeded)
 _step_failed = payloads.wire_builder(payloads.StepFailed)
@@ -109,6 +112,21 @@ def session_created(session: Session) -> Draft:
 def turn_started(session_id: str, turn_id: str, prompt: str) -> Draft:
     payload = _turn_started(turn_id=turn_id, prompt=prompt)
     return Draft(type=payloads.TurnStarted.type, session_id=session_id, payload=payload)
+
+
+def turn_queued(session_id: str, turn_id: str, text: str, from_steer: str | None) -> Draft:
+    payload = _turn_queued(turn_id=turn_id, text=text, from_steer=from_steer)
+    return Draft(type=payloads.TurnQueued.type, session_id=session_id, payload=payload)
+
+
+def turn_steered(session_id: str, turn_id: str, steer_id: str, text: str) -> Draft:
+    payload = _turn_steered(turn_id=turn_id, steer_id=steer_id, text=text)
+    return Draft(type=payloads.TurnSteered.type, session_id=session_id, payload=payload)
+
+
+def turn_cancelled(session_id: str, turn_id: str) -> Draft:
+    payload = _turn_cancelled(turn_id=turn_id)
+    return Draft(type=payloads.TurnCancelled.type, session_id=session_id, payload=payload)
 
 
 def step_started(session_id: str, turn_id: str, step_id: str) -> Draft:
@@ -186,7 +204,9 @@ def permission_asked(request: PermissionRequest, *, restored: bool) -> Draft:
 def permission_replied(request: PermissionRequest) -> Draft:
     # Only a replied request is published as replied, and a replied request has its decision.
     decision = cast(Decision, request.decision)
-    payload = _permission_replied(request_id=request.id, session_id=request.session_id, decision=decision)
+    payload = _permission_replied(
+        request_id=request.id, session_id=request.session_id, decision=decision, input=request.input
+    )
     return Draft(type=payloads.PermissionReplied.type, session_id=request.session_id, payload=payload)
 
 

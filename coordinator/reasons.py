@@ -61,19 +61,24 @@ class Interrupt:
     tool_error: ClassVar[ToolErrorType] = "interrupted"
 
     by: Literal["api", "embedder"]
+    # A soft stop: the turn's running step and its calls finished, and the turn stopped at its next
+    # step boundary, before asking the model again. Absent for an interrupt that stops at once.
+    soft: bool = attrs.field(default=False, kw_only=True)
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     @classmethod
-    def by_person(cls, by: Literal["api", "embedder"]) -> Interrupt:
-        """A person's interrupt, through the HTTP API or the embedding program."""
-        return cls(by=by)
+    def by_person(cls, by: Literal["api", "embedder"], *, soft: bool = False) -> Interrupt:
+        """A person's interrupt, through the HTTP API or the embedding program; ``soft``: at the
+        turn's next step boundary."""
+        return cls(by=by, soft=soft)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return self.tool_error
 
     def describe(self) -> str:
-        return f"interrupted by the {'user' if self.by == 'api' else 'embedding program'}"
+        who = "user" if self.by == "api" else "embedding program"
+        return f"stopped after its step by the {who}" if self.soft else f"interrupted by the {who}"
 
 
 @attrs.frozen

@@ -72,6 +72,8 @@ class PermissionRequest:
     decision: Decision | None = None
     reason: StopReason | None = None
     created_at: str
+    # The input the person approved the call with, when they changed the model's.
+    input: Any = None
 
     def settlement(self) -> Settlement:
         """How it was settled, for a late reply (its wire form ``{status, decision?, reason?}``)."""
@@ -129,6 +131,9 @@ class ToolError:
 
     type: ToolErrorType
     message: str
+    # Whether the call's tool had begun (a process spawned, a plugin called) when it failed: a call
+    # stopped after that may have taken effect. None on failures recorded before this was kept.
+    started: bool | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -175,6 +180,26 @@ class ToolPart:
     output: Any = None
     error: ToolError | None = None
     partial: Partial | None = None
+    # The input a person approved the call with instead of ``input`` (the model's), when changed.
+    edited_input: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Steered:
+    """A steer accepted: ``turn_id`` is the running turn it waits for (delivered at its next step
+    boundary), or the queued turn it became when no turn could take it."""
+
+    turn_id: str
+    steer_id: str
+
+
+@attrs.frozen(kw_only=True)
+class QueuedTurn:
+    """A turn waiting for the session's earlier turns, as the queue lists it."""
+
+    turn_id: str
+    text: str
+    created_at: str
 
 
 @attrs.frozen(kw_only=True)

@@ -17,7 +17,16 @@ from typing import TypeVar
 from coordinator.errors import InvalidTransition
 
 # A state of any of the lifecycles (each move stays within one).
-State = TypeVar("State", "TurnStatus", "CallStatus", "Parked", "PermissionStatus", "FormStatus", "ClaimState")
+State = TypeVar(
+    "State",
+    "TurnStatus",
+    "CallStatus",
+    "Parked",
+    "PermissionStatus",
+    "FormStatus",
+    "ClaimState",
+    "SteerStatus",
+)
 
 
 class TurnStatus(enum.StrEnum):
@@ -148,6 +157,26 @@ class ClaimState(enum.StrEnum):
         return _check("claim", _CLAIM_NEXT, self, target)
 
 
+class SteerStatus(enum.StrEnum):
+    """Where a text sent into a running turn is (``steers.status``)."""
+
+    PENDING = "pending"  # accepted; waits for its turn's next step boundary
+    DELIVERED = "delivered"  # a user message of its turn, given to the model at a boundary
+    QUEUED = "queued"  # its turn ended or stopped first: it became a queued turn of its own
+
+    def next_states(self) -> frozenset[SteerStatus]:
+        """The states a steer may move to from this one."""
+        return _STEER_NEXT[self]
+
+    def transition(self, target: SteerStatus) -> SteerStatus:
+        """``target``, when a steer may move there from this state.
+
+        Raises:
+            InvalidTransition: the move is not in the lifecycle.
+        """
+        return _check("steer", _STEER_NEXT, self, target)
+
+
 # A wait on a person of either kind that still waits (both lifecycles begin with the same word).
 PENDING_WAIT: frozenset[PermissionStatus | FormStatus] = frozenset(
     {PermissionStatus.PENDING, FormStatus.PENDING}
@@ -155,7 +184,8 @@ PENDING_WAIT: frozenset[PermissionStatus | FormStatus] = frozenset(
 
 
 _TURN_NEXT: dict[TurnStatus, frozenset[TurnStatus]] = {
-    TurnStatus.QUEUED: frozenset({TurnStatus.RUNNING}),
+    # Settled without running: a person cancelled it while it was queued (outcome ``cancelled``).
+    TurnStatus.QUEUED: frozenset({TurnStatus.RUNNING, TurnStatus.SETTLED}),
     # Running again: a start takes over the turn of a dead owner (a crash), its status unchanged.
     TurnStatus.RUNNING: frozenset(
         {TurnStatus.RUNNING, TurnStatus.STOPPING, TurnStatus.SUSPENDED, TurnStatus.SETTLED}
@@ -200,6 +230,13 @@ _CLAIM_NEXT: dict[ClaimState, frozenset[ClaimState]] = {
     # Taken over at a resume; or released with no owner between, when a parent's settlement settles
     # a sub-agent's suspended turn.
     ClaimState.SUSPENDED: frozenset({ClaimState.HELD, ClaimState.RELEASED}),
+}
+
+
+_STEER_NEXT: dict[SteerStatus, frozenset[SteerStatus]] = {
+    SteerStatus.PENDING: frozenset({SteerStatus.DELIVERED, SteerStatus.QUEUED}),
+    SteerStatus.DELIVERED: frozenset(),
+    SteerStatus.QUEUED: frozenset(),
 }
 
 

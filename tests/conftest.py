@@ -19,6 +19,7 @@ import trio
 from coordinator import Coordinator, open_coordinator
 from coordinator.config import Config, TimeoutsConfig
 from coordinator.events import Event
+from coordinator.models.base import ModelReply, ModelRequest
 from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule
 from tests.backends import PG_ENV, db_for, unavailable
@@ -56,6 +57,25 @@ class Recorder:
                     return event
             checked = len(self.events)
             await self._changed.wait()
+
+
+@attrs.define
+class RecordingModel:
+    """The scripted model, remembering every request it was sent (what the model was told)."""
+
+    inner: ScriptedModel
+    requests: list[ModelRequest] = attrs.Factory(list)
+
+    @classmethod
+    def from_json(cls, script: Any) -> RecordingModel:
+        return cls(ScriptedModel.from_json(script))
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def make_config(

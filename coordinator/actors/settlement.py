@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from coordinator import events, wire
-from coordinator.actors import revocation, stops
+from coordinator.actors import revocation, steers, stops
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.reasons import Failure, ParentLink, StopReason
@@ -158,9 +158,21 @@ def fail_calls(
     """
     partials = {call.call_id: stored_partial(tx, call, tools) for call in calls}
     for call in children_first(calls):
+        started = tool_may_have_started(tx, call)
         revoke_waits_of_call(tx, call.session_id, call.call_id, reason)
-        failure = error or ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
+        failure = error or ToolError(
+            type=reason.tool_error_type(call.call_id), message=reason.describe(), started=started
+        )
         settle_call(tx, call, tools=tools, error=failure, partial=partials[call.call_id], stopped_for=reason)
+
+
+def tool_may_have_started(read: Reader, call: ToolCallRow) -> bool:
+    """Whether the call's tool may have begun, as the store knows it: a call that asked a person
+    began only if its start was recorded (``mark_tool_started``); any other had nothing to wait for
+    before its tool, so it is taken to have begun (it may have taken effect)."""
+    if read.permission_of_call(call.session_id, call.call_id, pending=False) is None:
+        return True
+    return read.tool_started(call.session_id, call.call_id)
 
 
 def stored_partial(tx: Transaction, call: ToolCallRow, tools: Mapping[str, Tool]) -> Partial | None:
@@ -236,6 +248,8 @@ def finish_turn(
     tx.set_claim_state(session_id, ClaimState.RELEASED)
     tx.set_last_outcome(session_id, outcome)
     tx.emit(events.session_idle(session_id, turn_id, outcome))
+    # What was sent into the turn and never reached it runs next as turns of their own.
+    steers.queue_pending(tx, turn_id)
 
 
 def fail_step(
@@ -349,7 +363,9 @@ class Recovered:
 
 
 # How a call that a dead process left running fails when its turn resumes.
-RESTART_ERROR = ToolError(type="interrupted", message="the server restarted while this tool call was running")
+RESTART_ERROR = ToolError(
+    type="interrupted", message="the server restarted while this tool call was running", started=True
+)
 
 
 def recover(tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[str, Tool]) -> Recovered:

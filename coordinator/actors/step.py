@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from coordinator import events
-from coordinator.actors import settlement, stops, tool_call
+from coordinator.actors import settlement, steers, stops, tool_call
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope
 from coordinator.actors.handle import ActorHandle
 from coordinator.actors.step_text import StepText
@@ -31,7 +31,7 @@ from coordinator.logs import get_logger
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
 from coordinator.reasons import Failure, StopReason, Timeout
 from coordinator.records import Rule, StepMessage, StepToolCall
-from coordinator.statuses import CallStatus
+from coordinator.statuses import CallStatus, TurnStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import StoredMessage, ToolCallRow
 from coordinator.tracing import ActorSpan
@@ -56,14 +56,29 @@ async def run(turn: TurnScope) -> bool:
 async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
     after_ord = turn.runtime.conversations.kept_until(turn.session_id, turn.epoch)
 
-    def begin(tx: Transaction) -> tuple[int, Event, History]:
+    def begin(tx: Transaction) -> tuple[int, Event, History] | StopReason:
+        # The step boundary: a soft stop takes effect here, and steers are delivered here, so that
+        # the request below carries them (coordinator/actors/steers.py).
+        boundary = tx.boundary(turn.turn_id)
+        if boundary.soft_stop is not None:
+            due = stops.soft_stop_due(tx, turn, boundary.soft_stop)
+            if due is not None:
+                return due
+        if boundary.status == TurnStatus.RUNNING and boundary.steers:
+            steers.deliver(tx, turn.session_id, turn.turn_id, boundary.steers)
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
         started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
         # What the model is sent, read here: a read of its own would cost a read transaction of its
         # own, as much again as the statements.
         return index, started, History(after_ord, *tx.history_after(turn.session_id, after_ord))
 
-    index, started, history = await turn.journal.write(begin)
+    begun = await turn.journal.write(begin)
+    if not isinstance(begun, tuple):
+        # The soft stop's intent is committed: the turn stops here, before asking the model again.
+        stops.apply(turn.runtime, turn.turn_id, begun)
+        await trio.lowlevel.checkpoint()
+        raise AssertionError("a stopped turn did not cancel its step")
+    index, started, history = begun
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):

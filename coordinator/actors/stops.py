@@ -96,6 +96,18 @@ def decide_in(
     return reason
 
 
+def soft_stop_due(tx: Transaction, turn: TurnScope, soft: StopReason) -> StopReason | None:
+    """At the turn's step boundary, inside the transaction that would start the next step: the soft
+    stop recorded for the turn takes effect, its intent committed as the turn's stop (first wins: None
+    when another stop came first). ``apply`` it once committed.
+
+    Until its boundary a soft stop holds no stop slot: the step and its calls finish, their waits
+    stay open, and a stop that takes effect at once (a plain interrupt, a decline, a deadline) is
+    decided as usual and wins.
+    """
+    return decide_in(tx, turn.turn_id, soft, live=turn)
+
+
 def apply(runtime: Runtime, turn_id: str, reason: StopReason) -> None:
     """Cancel the live turn (if this process runs it) for ``reason``, whose intent is committed.
 
@@ -200,10 +212,12 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
 
 def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:
     """The stop a turn found unfinished at a start settles with instead of resuming, if any: one
-    decided before the crash or shutdown, or ``max_resumes`` reached."""
+    decided before the crash or shutdown (a soft stop included), or ``max_resumes`` reached."""
     if row.status == TurnStatus.STOPPING:
         assert row.stop_reason is not None
         return row.stop_reason
+    if row.soft_stop is not None:
+        return row.soft_stop  # a soft stop is resumed never: its boundary is now
     if row.resumes >= max_resumes:
         return Failure.resumes_exhausted(row.resumes)
     return None

@@ -38,6 +38,15 @@ log = get_logger(__name__)
 
 
 @attrs.define
+class Progress:
+    """How far one call got: whether its tool began (``session.tool.failed`` says so: a call stopped
+    after that may have taken effect), and the input a person approved it with, if they changed it."""
+
+    started: bool = False
+    edited_input: Any = None
+
+
+@attrs.define
 class Siblings:
     """The top-level calls of one step: how many still run, and the session's rules as the step's
     transaction that recorded them read them (each call's permission is decided by them, with no
@@ -85,6 +94,7 @@ async def run(
     running = handle.child("tool_run", call.call_id)
     capabilities = capabilities_of(turn.tools, call.name)
     context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
+    progress = Progress()
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,
         handle.scope,
@@ -97,10 +107,10 @@ async def run(
             # cleanup below asks for the reason.
             with stops.failing_on_error(turn, f"tool call {call.call_id}"):
                 output = await _permit_and_run(
-                    turn, handle, running, call, context, restore, permitted, siblings
+                    turn, handle, running, call, context, progress, restore, permitted, siblings
                 )
         except ToolFailure as failure:
-            error = ToolError(type=failure.type, message=failure.message)
+            error = ToolError(type=failure.type, message=failure.message, started=progress.started)
             stopped_for = handle.effective_reason()
             # A finished result is kept even if a stop arrives now: settle it shielded. A wait it left
             # pending (its own revocation failed) is revoked with it, for the turn's stop if any.
@@ -114,7 +124,7 @@ async def run(
             return CallResult(call_id=call.call_id, status=CallStatus.FAILED, error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
-                await _settle_stopped(turn, handle, call, context, capabilities)
+                await _settle_stopped(turn, handle, call, context, capabilities, progress)
             raise
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output, last=siblings is not None and siblings.running == 1)
@@ -129,6 +139,7 @@ async def _permit_and_run(
     running: ActorHandle,
     call: ToolCallRow,
     context: ToolContext,
+    progress: Progress,
     restore: PermissionRequest | None,
     permitted: bool,
     siblings: Siblings | None,
@@ -139,8 +150,10 @@ async def _permit_and_run(
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
     # A resumed task call was let run before the restart (its sub-agent's turn started): no asking.
-    asked = False if permitted else await _check_permission(turn, handle, call, tool, restore, siblings)
-    return await _run_bounded(turn, running, tool, call, context, record_start=asked)
+    asked = False
+    if not permitted:
+        asked = await _check_permission(turn, handle, call, tool, restore, siblings, progress)
+    return await _run_bounded(turn, running, tool, call, context, progress, record_start=asked)
 
 
 async def _check_permission(
@@ -150,8 +163,10 @@ async def _check_permission(
     tool: Tool,
     restore: PermissionRequest | None,
     siblings: Siblings | None,
+    progress: Progress,
 ) -> bool:
-    """Raise ``ToolFailure`` unless the call may run; return whether a person was asked."""
+    """Raise ``ToolFailure`` unless the call may run; return whether a person was asked. A person
+    who approved it with a changed input leaves that input in ``progress``."""
     resource = restore.resource if restore is not None else tool.resource(call.input)
     if restore is None:
         configured = turn.runtime.config.permission
@@ -171,6 +186,7 @@ async def _check_permission(
     if replied.decision == "reject":
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
+    progress.edited_input = replied.input
     return True
 
 
@@ -190,6 +206,7 @@ async def _run_bounded(
     tool: Tool,
     call: ToolCallRow,
     context: ToolContext,
+    progress: Progress,
     *,
     record_start: bool,
 ) -> Any:
@@ -213,8 +230,10 @@ async def _run_bounded(
             # be long past (a permission wait), and another instance may have taken the turn over
             # and restored this very call meanwhile (design/model/README.md, finding 1).
             await turn.check_claim()
+            progress.started = True
+            tool_input = call.input if progress.edited_input is None else progress.edited_input
             with _probed(turn, call, tool):
-                output = await _run_publishing_progress(turn, tool, call, context)
+                output = await _run_publishing_progress(turn, tool, tool_input, context)
             await turn.checkpoint("tool.end")
             return output
         except (ToolFailure, Fenced):
@@ -241,13 +260,11 @@ def _probed(turn: TurnScope, call: ToolCallRow, tool: Tool) -> Iterator[None]:
         CURRENT_PROBE.reset(token)
 
 
-async def _run_publishing_progress(
-    turn: TurnScope, tool: Tool, call: ToolCallRow, context: ToolContext
-) -> Any:
+async def _run_publishing_progress(turn: TurnScope, tool: Tool, tool_input: Any, context: ToolContext) -> Any:
     try:
         async with trio.open_nursery() as progress:
             progress.start_soon(tool_services.serve_progress, turn, context)
-            output = await tool.run(context, call.input)
+            output = await tool.run(context, tool_input)
             progress.cancel_scope.cancel(reason="the tool returned: no more progress")
     except BaseExceptionGroup as group:
         # The tool's own exception, alone in the group the progress nursery wrapped it in, or beside
@@ -308,7 +325,12 @@ async def _settle_failed(
 
 
 async def _settle_stopped(
-    turn: TurnScope, handle: ActorHandle, call: ToolCallRow, context: ToolContext, capabilities: Capabilities
+    turn: TurnScope,
+    handle: ActorHandle,
+    call: ToolCallRow,
+    context: ToolContext,
+    capabilities: Capabilities,
+    progress: Progress,
 ) -> None:
     reason = handle.reason_or_failure()
     if turn.waits.is_kept(call.call_id):
@@ -324,7 +346,9 @@ async def _settle_stopped(
     if await _kept_for_restore(turn, call, reason):
         log.info("tool_call_kept", call_id=call.call_id, reason=reason.type)
         return
-    error = ToolError(type=reason.tool_error_type(call.call_id), message=reason.describe())
+    error = ToolError(
+        type=reason.tool_error_type(call.call_id), message=reason.describe(), started=progress.started
+    )
     await _settle_failed(turn, call, error, _partial(context, capabilities), stopped_for=reason)
 
 

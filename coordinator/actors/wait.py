@@ -228,6 +228,8 @@ class Replied:
 
     decision: Decision
     message: str | None = None
+    # ``once``/``always`` with the input the person changed the call's to (None: the model's).
+    input: Any = None
 
 
 @attrs.frozen(kw_only=True)
@@ -299,7 +301,8 @@ class PermissionWait:
         assert answered.decision is not None
         declined = answered.decision == "reject" and message is None
         decline = Declined.by_permission(answered.call_id) if declined else None
-        return Replied(decision=answered.decision, message=message), decline
+        replied = Replied(decision=answered.decision, message=message, input=answered.input)
+        return replied, decline
 
     def span(
         self, spans: Tracing, asked: PermissionRequest, source: ActorHandle

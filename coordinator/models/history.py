@@ -20,16 +20,36 @@ from coordinator.store.rows import StoredMessage
 NO_RESULT = {"error": {"type": "interrupted", "message": "the tool call ended without a recorded result"}}
 
 
+# What the model is told about a call a stop cut off, by whether its tool had begun.
+STOPPED_WHILE_RUNNING = (
+    "This tool call was stopped while it was running: it may have taken effect (check before "
+    "repeating it). What it had produced so far is in partial."
+)
+STOPPED_BEFORE_RUNNING = (
+    "This tool call did not run: it was stopped before its tool began. Nothing of it was done."
+)
+EDITED_NOTE = "Note: the user changed this call's input before it ran; it ran with this input instead: "
+# The error types of a call cut off by a stop (or its own deadline), not failed by its tool.
+_STOPPED_TYPES = frozenset({"interrupted", "timeout", "declined"})
+
+
 def tool_result_text(part: ToolPart) -> str:
-    """What the model receives for a call: its output, or its error with the partial result."""
+    """What the model receives for a call: its output, or its error with the partial result; for a
+    call a stop cut off, whether it had begun; and the input a person changed it to, if they did."""
     if part.state == "succeeded":
-        return part.output if isinstance(part.output, str) else _json(part.output)
-    if part.state == "failed" and part.error is not None:
+        text = part.output if isinstance(part.output, str) else _json(part.output)
+    elif part.state == "failed" and part.error is not None:
         body: dict[str, Any] = {"error": wire.unstructure(part.error)}
+        if part.error.started is not None and part.error.type in _STOPPED_TYPES:
+            body["note"] = STOPPED_WHILE_RUNNING if part.error.started else STOPPED_BEFORE_RUNNING
         if part.partial is not None:
             body["partial"] = wire.unstructure(part.partial)
-        return _json(body)
-    return _json(NO_RESULT)
+        text = _json(body)
+    else:
+        text = _json(NO_RESULT)
+    if part.edited_input is not None:
+        text += "\n\n" + EDITED_NOTE + _json(part.edited_input)
+    return text
 
 
 def to_chat(messages: Sequence[Message], model_call_ids: Mapping[str, str | None]) -> tuple[ChatMessage, ...]:

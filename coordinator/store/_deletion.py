@@ -21,6 +21,7 @@ _SESSION_TABLES = (
     "permission_requests",
     "forms",
     "session_rules",
+    "steers",
     "claims",
     "turns",  # after every table whose rows name a turn; before sessions (its foreign key)
 )

@@ -88,4 +88,5 @@ def _tool_part(call: ToolCallRow) -> ToolPart:
         output=call.output,
         error=call.error,
         partial=call.partial,
+        edited_input=call.edited_input,
     )

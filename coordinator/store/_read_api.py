@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from coordinator.events import Event
+from coordinator.reasons import StopReason
 from coordinator.records import Form, Message, Node, PermissionRequest, Rule, Session
+from coordinator.store._inputs import Boundary
 from coordinator.store.rows import (
     ClaimRow,
     InstanceRow,
     ProcessGroupRow,
+    SteerRow,
     StoredMessage,
     ToolCallRow,
     TurnRow,
@@ -65,6 +68,32 @@ class Reader(Protocol):
 
     def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
         """Those of ``turn_ids`` whose stop is committed (status stopping)."""
+        ...
+
+    # steers, the queue, soft stops
+    def boundary(self, turn_id: str) -> Boundary:
+        """What the turn's next step boundary acts on: its status, its soft stop, its pending steers."""
+        ...
+
+    def pending_steers(self, turn_id: str) -> list[SteerRow]:
+        """The turn's steers not yet delivered nor queued, in the order they were accepted."""
+        ...
+
+    def get_steer(self, steer_id: str) -> SteerRow | None: ...
+    def steers_of_session(self, session_id: str) -> list[SteerRow]:
+        """Every steer sent into the session's turns, in the order they were accepted."""
+        ...
+
+    def active_turn(self, session_id: str) -> TurnRow | None:
+        """The session's turn that began and has not settled (running, stopping or suspended)."""
+        ...
+
+    def queued_turns(self, session_id: str) -> list[TurnRow]:
+        """The session's queued turns in the order they will run (a task call's turns left out)."""
+        ...
+
+    def soft_stop_of(self, turn_id: str) -> StopReason | None:
+        """The soft stop waiting for the turn's next step boundary, if any."""
         ...
 
     def sessions_with_queued_turns(self) -> list[str]:
@@ -148,8 +177,8 @@ class Reader(Protocol):
     # permission requests, rules, forms
     def get_permission(self, request_id: str) -> PermissionRequest | None: ...
     def permission_wait_row(self, request_id: str) -> WaitRow | None: ...
-    def decided_waits(self, wait_ids: list[str]) -> tuple[dict[str, tuple[str, str | None]], list[Form]]:
-        """Of ``wait_ids``, the requests replied (id: decision and message) and the forms submitted
+    def decided_waits(self, wait_ids: list[str]) -> tuple[dict[str, tuple[str, str | None, Any]], list[Form]]:
+        """Of ``wait_ids``, the requests replied (id: decision, message, edited input) and the forms submitted
         or cancelled."""
         ...
 

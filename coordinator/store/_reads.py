@@ -17,6 +17,7 @@ from coordinator.reasons import ParentLink
 from coordinator.records import ClaimView, Node, Session
 from coordinator.statuses import ClaimState
 from coordinator.store import api
+from coordinator.store._inputs import InputReads
 from coordinator.store._process_groups import ProcessGroupReads
 from coordinator.store._turn_reads import TurnReads
 from coordinator.store._wait_reads import WaitReads
@@ -60,7 +61,7 @@ def _session(row: tuple[Any, ...]) -> Session:
     )
 
 
-class SqlReader(TurnReads, WaitReads, ProcessGroupReads, api.Reader):
+class SqlReader(TurnReads, WaitReads, InputReads, ProcessGroupReads, api.Reader):
     """Every read of every table. Outside a transaction each statement sees what is committed.
 
     Sessions, claims, instances and events are read here; turns and what runs in them in

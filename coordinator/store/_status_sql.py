@@ -9,6 +9,7 @@ from coordinator.statuses import (
     Parked,
     PermissionStatus,
     State,
+    SteerStatus,
     StepStatus,
     TurnStatus,
 )
@@ -33,6 +34,13 @@ UNFINISHED_TURN = sql_list(TurnStatus.RUNNING, TurnStatus.STOPPING, TurnStatus.S
 # A stop's intent, and a resume, move a turn that runs (or ran: its owner died) or a suspended one.
 STOPPABLE = sql_states(TurnStatus.STOPPING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
 RESUMABLE = sql_states(TurnStatus.RUNNING, TurnStatus.RUNNING, TurnStatus.SUSPENDED)
+# A cancelled queued turn settles without running.
+CANCELLABLE_TURN = sql_states(TurnStatus.SETTLED, TurnStatus.QUEUED)
+# A soft stop is recorded for a turn that runs (or ran) or is suspended, until its boundary.
+SOFT_STOPPABLE = sql_list(TurnStatus.RUNNING, TurnStatus.SUSPENDED)
+# A steer moves once, from pending: delivered at a boundary, or queued as a turn of its own.
+DELIVERABLE_STEER = sql_states(SteerStatus.DELIVERED, SteerStatus.PENDING)
+QUEUEABLE_STEER = sql_states(SteerStatus.QUEUED, SteerStatus.PENDING)
 PARKABLE = sql_states(Parked.PARKED, Parked.NOT_PARKED)
 RELEASABLE = sql_states(Parked.RELEASED, Parked.PARKED)
 SUCCEEDABLE_STEP = sql_states(StepStatus.SUCCEEDED, StepStatus.RUNNING)

@@ -7,6 +7,7 @@ from typing import Any
 from coordinator.records import Form, PermissionRequest, Rule
 from coordinator.statuses import FormStatus, PermissionStatus
 from coordinator.store._read_base import IN_CHUNK, SqlReads, in_list
+from coordinator.store._records import load_json
 from coordinator.store._status_sql import sql_list
 from coordinator.store.rows import FORM_ROW, PERMISSION_ROW, WAIT_ROW, WaitRow
 
@@ -31,20 +32,20 @@ class WaitReads(SqlReads):
     def get_permission(self, request_id: str) -> PermissionRequest | None:
         return PERMISSION_ROW.load_or_none(self._one(_PERMISSIONS + " WHERE id = ?", (request_id,)))
 
-    def decided_waits(self, wait_ids: list[str]) -> tuple[dict[str, tuple[str, str | None]], list[Form]]:
+    def decided_waits(self, wait_ids: list[str]) -> tuple[dict[str, tuple[str, str | None, Any]], list[Form]]:
         # Of the waits this process runs, the few decided meanwhile (by another process): a read of
         # each, every second, cost 21 ms with 1,000 people to answer.
-        replied: dict[str, tuple[str, str | None]] = {}
+        replied: dict[str, tuple[str, str | None, Any]] = {}
         settled: list[Form] = []
         for start in range(0, len(wait_ids), IN_CHUNK):
             chunk = wait_ids[start : start + IN_CHUNK]
-            for request_id, decision, message in self._all(
-                "SELECT id, decision, message FROM permission_requests "
+            for request_id, decision, message, edited in self._all(
+                "SELECT id, decision, message, input FROM permission_requests "
                 f"WHERE status = '{PermissionStatus.REPLIED}' AND decision IS NOT NULL"
                 + in_list("id", chunk),
                 tuple(chunk),
             ):
-                replied[request_id] = (decision, message)
+                replied[request_id] = (decision, message, load_json(edited))
             rows = self._all(
                 _FORMS + f" WHERE status IN {_ANSWERED_FORM}" + in_list("id", chunk), tuple(chunk)
             )

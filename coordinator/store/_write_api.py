@@ -42,6 +42,38 @@ class Transaction(Reader, Protocol):
         ...
 
     def set_turn_status(self, turn_id: str, status: TurnStatus) -> None: ...
+    def put_turn_first(self, turn_id: str, session_id: str) -> None:
+        """Move the queued turn ahead of the session's other queued turns."""
+        ...
+
+    def cancel_queued_turn(self, turn_id: str) -> bool:
+        """Settle a queued turn as cancelled, never run; False when it is not queued (any more)."""
+        ...
+
+    def record_soft_stop(self, turn_id: str, reason: StopReason) -> bool:
+        """Record a stop for the turn's next step boundary; False when one is recorded already or
+        the turn does not run (nor is suspended)."""
+        ...
+
+    def insert_steer(
+        self, steer_id: str, session_id: str, turn_id: str | None, text: str, created_at: str
+    ) -> None:
+        """Accept a text for the running turn's next step boundary (pending; ``turn_id`` None when
+        no turn runs: it is queued as a turn of its own in the same transaction)."""
+        ...
+
+    def deliver_steer(self, steer_id: str) -> bool:
+        """Mark a pending steer delivered; False when it is not pending (any more)."""
+        ...
+
+    def queue_steer(self, steer_id: str, turn_id: str) -> bool:
+        """Mark a pending steer queued as the turn ``turn_id``; False when it is not pending."""
+        ...
+
+    def set_edited_input(self, session_id: str, call_id: str, edited: Any) -> None:
+        """Record the input a person approved the call with instead of the model's."""
+        ...
+
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
         """Durable intent, a compare-and-set: a running (or suspended) turn becomes stopping with
         ``reason``. False, changing nothing, if it is stopping or settled already: the first stop wins."""
@@ -143,7 +175,12 @@ class Transaction(Reader, Protocol):
     def insert_permission(
         self, request: PermissionRequest, turn_id: str, deadline_at: float | None
     ) -> None: ...
-    def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool: ...
+    def reply_permission(
+        self, request_id: str, decision: str, message: str | None, edited_input: Any = None
+    ) -> bool:
+        """Settle a pending request with a reply (and the input the person changed the call's to)."""
+        ...
+
     def revoke_permission(self, request_id: str, reason: StopReason) -> bool: ...
     def add_session_rule(self, session_id: str, rule: Rule) -> None: ...
     def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None: ...

@@ -22,6 +22,7 @@ from coordinator.statuses import (
 )
 from coordinator.store import _status_sql, api
 from coordinator.store._deletion import PruneBatch, delete_session, prune_events
+from coordinator.store._inputs import InputWrites
 from coordinator.store._process_groups import ProcessGroupWrites
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
@@ -29,7 +30,7 @@ from coordinator.store._sql import Connection
 from coordinator.store.rows import InstanceRow, ToolCallRow
 
 
-class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
+class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction):
     """An open write transaction: its reads see its own writes; its events are kept in ``events``
     for the backend to hand over once the commit succeeded."""
 
@@ -326,11 +327,13 @@ class SqlTransaction(ProcessGroupWrites, SqlReader, api.Transaction):
         }
         self._insert_numbered("permission_requests", row, None, None, "permission_requests")
 
-    def reply_permission(self, request_id: str, decision: str, message: str | None) -> bool:
+    def reply_permission(
+        self, request_id: str, decision: str, message: str | None, edited_input: Any = None
+    ) -> bool:
         changed = self._run(
             f"UPDATE permission_requests SET status = '{PermissionStatus.REPLIED}', "
-            f"decision = ?, message = ? WHERE id = ? AND status IN {_status_sql.REPLIABLE}",
-            (decision, message, request_id),
+            f"decision = ?, message = ?, input = ? WHERE id = ? AND status IN {_status_sql.REPLIABLE}",
+            (decision, message, dump_json(edited_input), request_id),
         )
         return changed == 1
 

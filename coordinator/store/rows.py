@@ -12,7 +12,7 @@ import attrs
 
 from coordinator.reasons import ParentLink, StopReason
 from coordinator.records import Form, Message, Partial, PermissionRequest, ToolError
-from coordinator.statuses import CallStatus, ClaimState, TurnStatus
+from coordinator.statuses import CallStatus, ClaimState, SteerStatus, TurnStatus
 from coordinator.store._records import mapper
 
 
@@ -29,6 +29,9 @@ class TurnRow:
     outcome: str | None
     resumes: int
     suspended_after: str | None
+    # A soft stop (``interrupt`` with ``when="after_step"``) waiting for the turn's next step boundary.
+    soft_stop: StopReason | None = None
+    created_at: str = ""
     # The task call that runs this turn (a sub-agent's turn), or None for a turn of the session's own.
     task: ParentLink | None = None
 
@@ -50,6 +53,22 @@ class ToolCallRow:
     error: ToolError | None
     partial: Partial | None
     progress: Any
+    # The input a person approved the call with instead of the model's (None: not changed).
+    edited_input: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class SteerRow:
+    """A text sent into a running turn: pending until its turn's next step boundary delivers it, or
+    queued as a turn of its own (``queued_turn_id``) when its turn ended first."""
+
+    id: str
+    session_id: str
+    turn_id: str | None  # None: sent when no turn ran
+    text: str
+    status: SteerStatus = attrs.field(converter=SteerStatus)
+    queued_turn_id: str | None
+    created_at: str
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +137,7 @@ TOOL_CALL_ROW = mapper(ToolCallRow)
 CLAIM_ROW = mapper(ClaimRow)
 INSTANCE_ROW = mapper(InstanceRow)
 WAIT_ROW = mapper(WaitRow)
+STEER_ROW = mapper(SteerRow)
 PROCESS_GROUP_ROW = mapper(ProcessGroupRow)
 PERMISSION_ROW = mapper(PermissionRequest)
 FORM_ROW = mapper(Form)

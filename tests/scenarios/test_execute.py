@@ -22,10 +22,8 @@ import coordinator.tools.execute_script
 from coordinator import Coordinator, open_coordinator, wire
 from coordinator.config import Config, PluginConfig, TimeoutsConfig
 from coordinator.events import Event
-from coordinator.models.base import ModelReply, ModelRequest
-from coordinator.models.scripted import ScriptedModel
 from coordinator.records import Rule, ToolPart
-from tests.conftest import Recorder, make_config
+from tests.conftest import Recorder, RecordingModel, make_config
 from tests.processes import wait_gone
 
 PLUGIN_MODULE = "execute_scenario_tools"
@@ -88,25 +86,6 @@ def config_for(
         PluginConfig(entry=f"{PLUGIN_MODULE}:rendezvous"),
     )
     return attrs.evolve(config, plugin=plugins)
-
-
-@attrs.define
-class RecordingModel:
-    """The scripted model, remembering every request it was sent."""
-
-    inner: ScriptedModel
-    requests: list[ModelRequest] = attrs.Factory(list)
-
-    @classmethod
-    def from_json(cls, script: list[dict[str, Any]]) -> RecordingModel:
-        return cls(ScriptedModel.from_json(script))
-
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        self.requests.append(request)
-        return await self.inner.complete(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @contextlib.asynccontextmanager

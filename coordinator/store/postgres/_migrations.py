@@ -250,4 +250,27 @@ def _v8(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 16: steers, soft stops, edited approvals.
+    execute(
+        """
+        CREATE TABLE steers (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT,
+            text TEXT NOT NULL,
+            status TEXT NOT NULL,
+            queued_turn_id TEXT,
+            created_at TEXT NOT NULL,
+            ord BIGINT NOT NULL
+        );
+        CREATE INDEX steers_by_session ON steers(session_id, ord);
+        CREATE INDEX steers_pending ON steers(turn_id, ord) WHERE status = 'pending';
+        ALTER TABLE turns ADD COLUMN soft_stop TEXT;
+        ALTER TABLE tool_calls ADD COLUMN edited_input TEXT;
+        ALTER TABLE permission_requests ADD COLUMN input TEXT;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]

@@ -319,6 +319,33 @@ def _v15(db: apsw.Connection) -> None:
     )
 
 
+def _v16(db: apsw.Connection) -> None:
+    # Inputs into a running turn. ``steers``: a text sent into a turn, delivered at its next step
+    # boundary (status pending | delivered | queued; ``queued_turn_id`` names the turn a steer
+    # became when its turn ended first; ``turn_id`` is NULL for one sent when no turn ran). ``turns.soft_stop``: a stop decided to take effect at the
+    # turn's next step boundary (its reason). ``tool_calls.edited_input`` and
+    # ``permission_requests.input``: the input a person approved the call with, when they changed it.
+    db.execute(
+        """
+        CREATE TABLE steers (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT,
+            text TEXT NOT NULL,
+            status TEXT NOT NULL,
+            queued_turn_id TEXT,
+            created_at TEXT NOT NULL,
+            ord INTEGER NOT NULL
+        );
+        CREATE INDEX steers_by_session ON steers(session_id, ord);
+        CREATE INDEX steers_pending ON steers(turn_id, ord) WHERE status = 'pending';
+        ALTER TABLE turns ADD COLUMN soft_stop TEXT;
+        ALTER TABLE tool_calls ADD COLUMN edited_input TEXT;
+        ALTER TABLE permission_requests ADD COLUMN input TEXT;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -335,4 +362,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v13,
     _v14,
     _v15,
+    _v16,
 ]
