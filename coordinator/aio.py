@@ -34,7 +34,7 @@ from typing import Any
 from coordinator._coordinator import Coordinator
 from coordinator._guest import AioSubscription, Guest
 from coordinator.config import Config
-from coordinator.records import Form, Message, Node, PermissionRequest, Session
+from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 
 __all__ = ["AioCoordinator", "AioSubscription", "open_coordinator"]
 
@@ -90,14 +90,30 @@ class AioCoordinator:
     async def history(self, session_id: str) -> list[Message]:
         return await self._guest.call(self._coordinator.history, session_id)
 
-    async def prompt(self, session_id: str, text: str) -> str:
-        return await self._guest.call(self._coordinator.prompt, session_id, text)
+    async def prompt(
+        self, session_id: str, text: str, *, mode: str = "queue", expected_turn_id: str | None = None
+    ) -> str:
+        call = functools.partial(self._coordinator.prompt, mode=mode, expected_turn_id=expected_turn_id)
+        return await self._guest.call(call, session_id, text)
+
+    async def steer(self, session_id: str, text: str, *, expected_turn_id: str | None = None) -> Steered:
+        call = functools.partial(self._coordinator.steer, expected_turn_id=expected_turn_id)
+        return await self._guest.call(call, session_id, text)
+
+    async def queued_turns(self, session_id: str) -> list[QueuedTurn]:
+        return await self._guest.call(self._coordinator.queued_turns, session_id)
+
+    async def cancel_turn(self, session_id: str, turn_id: str) -> None:
+        await self._guest.call(self._coordinator.cancel_turn, session_id, turn_id)
 
     async def delete_session(self, session_id: str) -> None:
         await self._guest.call(self._coordinator.delete_session, session_id)
 
-    async def interrupt(self, session_id: str, *, by: str = "embedder") -> bool:
-        return await self._guest.call(self._coordinator.interrupt, session_id, by=by)
+    async def interrupt(
+        self, session_id: str, *, by: str = "embedder", when: str = "now", queued: str = "keep"
+    ) -> bool:
+        call = functools.partial(self._coordinator.interrupt, by=by, when=when, queued=queued)
+        return await self._guest.call(call, session_id)
 
     async def resume(self, session_id: str) -> str:
         return await self._guest.call(self._coordinator.resume, session_id)
@@ -106,11 +122,16 @@ class AioCoordinator:
         return await self._guest.call(self._coordinator.pending_permissions, session_id)
 
     async def reply_permission(
-        self, session_id: str, request_id: str, decision: str, message: str | None = None
+        self,
+        session_id: str,
+        request_id: str,
+        decision: str,
+        message: str | None = None,
+        *,
+        input: Any = None,
     ) -> PermissionRequest:
-        return await self._guest.call(
-            self._coordinator.reply_permission, session_id, request_id, decision, message
-        )
+        call = functools.partial(self._coordinator.reply_permission, input=input)
+        return await self._guest.call(call, session_id, request_id, decision, message)
 
     async def pending_forms(self, session_id: str) -> list[Form]:
         return await self._guest.call(self._coordinator.pending_forms, session_id)

@@ -307,6 +307,9 @@ async def _print_events(
                 print(json.dumps(event, ensure_ascii=False), flush=True)
                 if event.get("type") == args.until:
                     found.cancel()
+                    # Now: a stream whose next events are already read yields them without a
+                    # checkpoint, and they would be printed past the one asked for.
+                    await trio.lowlevel.checkpoint()
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -21,8 +21,8 @@ import httpx
 
 from coordinator import errors, wire
 from coordinator.logs import get_logger
-from coordinator.records import Form, Message, Node, PermissionRequest, Session
-from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, PromptBody, ReplyBody
+from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
+from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, InterruptBody, PromptBody, ReplyBody
 
 log = get_logger(__name__)
 
@@ -103,10 +103,36 @@ class CoordinatorClient:
         data = await self._call("GET", _session_path(session_id, "message"))
         return wire.structure(data, list[Message])  # type: ignore[no-any-return]
 
-    async def prompt(self, session_id: str, text: str) -> str:
-        """Queue a turn; returns its id. **Raises:** ``SessionNotFound``, ``InvalidRequest``."""
-        data = await self._call("POST", _session_path(session_id, "prompt"), body=PromptBody(text=text))
-        return str(data["turn_id"])
+    async def prompt(
+        self, session_id: str, text: str, *, mode: str = "queue", expected_turn_id: str | None = None
+    ) -> str:
+        """Send a prompt (``mode``: ``queue``, ``steer`` or ``interrupt``); returns its turn's id.
+
+        **Raises:** ``SessionNotFound``, ``InvalidRequest``, ``TurnMismatch``.
+        """
+        return (await self._prompt(session_id, text, mode, expected_turn_id))["turn_id"]
+
+    async def steer(self, session_id: str, text: str, *, expected_turn_id: str | None = None) -> Steered:
+        """Send ``text`` into the running turn, for its next step boundary (or, with no turn to take
+        it, as a queued turn). **Raises:** ``SessionNotFound``, ``InvalidRequest``, ``TurnMismatch``."""
+        data = await self._prompt(session_id, text, "steer", expected_turn_id)
+        return Steered(turn_id=data["turn_id"], steer_id=data["steer_id"])
+
+    async def _prompt(
+        self, session_id: str, text: str, mode: str, expected_turn_id: str | None
+    ) -> dict[str, str]:
+        body = PromptBody(text=text, mode=mode, expected_turn_id=expected_turn_id)  # type: ignore[arg-type]
+        data = await self._call("POST", _session_path(session_id, "prompt"), body=body)
+        return {key: str(value) for key, value in data.items()}
+
+    async def queued_turns(self, session_id: str) -> list[QueuedTurn]:
+        """The session's queued turns, in the order they will run. **Raises:** ``SessionNotFound``."""
+        data = await self._call("GET", _session_path(session_id, "turn"), params={"status": "queued"})
+        return wire.structure(data, list[QueuedTurn])  # type: ignore[no-any-return]
+
+    async def cancel_turn(self, session_id: str, turn_id: str) -> None:
+        """Cancel a queued turn. **Raises:** ``SessionNotFound``, ``TurnNotFound``, ``TurnNotQueued``."""
+        await self._call("DELETE", _session_path(session_id, "turn", turn_id))
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a settled session with everything it owns (``DELETE /api/session/{sid}``).
@@ -115,9 +141,14 @@ class CoordinatorClient:
         """
         await self._call("DELETE", _session_path(session_id))
 
-    async def interrupt(self, session_id: str) -> bool:
-        """Stop the running turn (reason interrupt, by api); False when idle or already stopping."""
-        data = await self._call("POST", _session_path(session_id, "interrupt"))
+    async def interrupt(self, session_id: str, *, when: str = "now", queued: str = "keep") -> bool:
+        """Stop the running turn (reason interrupt, by api); False when idle or already stopping.
+
+        ``when="after_step"``: a soft stop, before the turn's next model request; ``queued="cancel"``:
+        cancel the session's queued turns too.
+        """
+        body = InterruptBody(when=when, queued=queued)  # type: ignore[arg-type]
+        data = await self._call("POST", _session_path(session_id, "interrupt"), body=body)
         return bool(data["interrupted"])
 
     async def resume(self, session_id: str) -> str:
@@ -134,14 +165,22 @@ class CoordinatorClient:
         return wire.structure(await self._call("GET", path), list[PermissionRequest])  # type: ignore[no-any-return]
 
     async def reply_permission(
-        self, session_id: str, request_id: str, decision: str, message: str | None = None
+        self,
+        session_id: str,
+        request_id: str,
+        decision: str,
+        message: str | None = None,
+        *,
+        input: dict[str, Any] | None = None,
     ) -> PermissionRequest:
         """Answer a request: ``once``, ``always`` or ``reject``.
 
+        ``input`` (with ``once`` or ``always``): run the call with this input instead of the model's.
+
         **Raises:** ``PermissionNotFound``, ``PermissionAlreadySettled`` (with ``settlement``),
-        ``InvalidRequest``.
+        ``InvalidRequest``, ``InvalidInput``.
         """
-        body = ReplyBody(decision=decision, message=message)  # type: ignore[arg-type]
+        body = ReplyBody(decision=decision, message=message, input=input)  # type: ignore[arg-type]
         path = _session_path(session_id, "permission", request_id, "reply")
         data = await self._call("POST", path, body=body)
         return wire.structure(data["request"], PermissionRequest)  # type: ignore[no-any-return]

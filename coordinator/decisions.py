@@ -35,8 +35,12 @@ DECISIONS = ("once", "always", "reject")
 
 
 def _text(value: object, what: str, *, empty_ok: bool, limit: int = MAX_TEXT) -> str:
-    """``value`` as text the store can keep (UTF-8: no lone surrogates). **Raises:** ``InvalidRequest``."""
-    if not isinstance(value, str) or (not empty_ok and not value.strip()):
+    """``value`` as text the store can keep (UTF-8: no lone surrogates). **Raises:** ``InvalidRequest``.
+
+    A text that must not be empty may still be only white space: it is what the person sent, and
+    the published schema of a body can say "not empty" (``minLength``) but not "not blank".
+    """
+    if not isinstance(value, str) or (not empty_ok and not value):
         raise errors.InvalidRequest(message=f"{what} must be a {'' if empty_ok else 'non-empty '}string")
     if len(value) > limit:
         raise errors.InvalidRequest(message=f"{what}: longer than {limit} characters")
@@ -141,25 +145,27 @@ async def interrupt(
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt.by_person(by, soft=soft)  # type: ignore[arg-type]
 
-    def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None]:
+    def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None, bool]:
         tx.hold_session(session_id)
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
         turn = tx.interruptible_turn(session_id)
         if cancel_queued:
             _cancel_every_queued(tx, session_id, turn)
         if turn is None:
-            return None, None
+            return None, None, False
         live = runtime.turns.get(turn.id)
         if soft and turn.status == TurnStatus.RUNNING:
-            recorded = stops.admits(live) and tx.record_soft_stop(turn.id, reason)
-            return turn, None if not recorded else reason
-        return turn, stops.decide_in(tx, turn.id, reason, live=live)
+            # Recorded for the boundary, nothing cancelled now (a parked turn has no step to finish).
+            return turn, None, stops.admits(live) and tx.record_soft_stop(turn.id, reason)
+        return turn, stops.decide_in(tx, turn.id, reason, live=live), False
 
-    turn, stop = await runtime.store.write(decide)
+    turn, stop, soft_recorded = await runtime.store.write(decide)
+    if soft_recorded:
+        log.info("soft_stop_recorded", session_id=session_id, by=by)
+        return True
     if turn is None or stop is None:
         return False
-    if not (soft and turn.status == TurnStatus.RUNNING):
-        stops.apply(runtime, turn.id, stop)
+    stops.apply(runtime, turn.id, stop)
     log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by, soft=soft)
     return True
 
@@ -191,8 +197,8 @@ async def reply_permission(
         raise errors.InvalidRequest(message=f"decision must be one of once, always, reject; got {decision!r}")
     if message is not None and not isinstance(message, str):
         raise errors.InvalidRequest(message="message must be a string")
-    if edited_input is not None and decision == "reject":
-        raise errors.InvalidRequest(message="input is taken with once or always, not with reject")
+    if decision == "reject":
+        edited_input = None  # a declined call runs with no input: one sent with the reject means nothing
     # An empty message is no message: a reject without one is a declined stop, everywhere it is read
     # (here, and by a restored wait reading the stored reply back).
     message = message or None

@@ -58,7 +58,6 @@ async def send(
         raise errors.InvalidRequest(message=f"mode must be one of queue, steer, interrupt; got {mode!r}")
     if expected_turn_id is not None and not isinstance(expected_turn_id, str):
         raise errors.InvalidRequest(message="expected_turn_id must be a string")
-    text = prompt_text(text)
     accept = {"queue": _queue, "steer": _steer, "interrupt": _interrupting}[mode]
 
     def body(tx: Transaction) -> Accepted:
@@ -67,14 +66,16 @@ async def send(
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
         # after this one finds the queued turn (SessionBusy). Never a turn of a deleted session.
         existing_session(tx, session_id)
+        checked = prompt_text(text)  # after the session: an unknown session is the first thing wrong
         if expected_turn_id is not None:
             _check_expected(tx, session_id, expected_turn_id)
-        return accept(runtime, tx, session_id, text)
+        return accept(runtime, tx, session_id, checked)
 
     accepted = await runtime.store.write(body)
     if accepted.stopped is not None:
         stops.apply(runtime, *accepted.stopped)
-    log.info("prompt_accepted", session_id=session_id, mode=mode, turn_id=accepted.turn_id)
+    if mode != "queue":
+        log.info("prompt_accepted", session_id=session_id, mode=mode, turn_id=accepted.turn_id)
     return accepted
 
 

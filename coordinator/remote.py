@@ -1,5 +1,5 @@
-"""The CLI commands that talk to a running server: sessions, prompt, reply, interrupt, resume and
-events.
+"""The CLI commands that talk to a running server: sessions, prompt, queue, cancel, reply,
+interrupt, resume and events.
 
 Each finds the server at ``--url``, by default the ``[server]`` host and port of ``--config`` (or of
 ``coordinator.toml`` in the current folder when there is one, else 127.0.0.1:4096), and sends the
@@ -28,6 +28,7 @@ from coordinator.records import Session
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 LOCAL_CONFIG = "coordinator.toml"
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -66,15 +67,46 @@ def add_commands(commands: Any) -> None:
 
     prompt = commands.add_parser(
         "prompt",
-        help="send a prompt to a session; prints the new turn's id",
-        description="Queues a turn; it runs after the session's running turn. Watch it with `coordinator events`.",
+        help="send a prompt to a session; prints its turn's id",
+        description=(
+            "Queues a turn; it runs after the session's running and queued turns. --steer sends the text "
+            "into the running turn instead (it reaches the model at the turn's next step boundary; "
+            "prints the turn's id and the steer's); --interrupt stops the running turn and runs this "
+            "prompt next. Watch it with `coordinator events`."
+        ),
     )
     add_server_options(prompt)
     prompt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
     prompt.add_argument(
         "text", metavar="TEXT", help='the prompt; the demo model runs shell for "run: COMMAND"'
     )
+    how = prompt.add_mutually_exclusive_group()
+    how.add_argument("--steer", action="store_true", help="send the text into the running turn")
+    how.add_argument("--interrupt", action="store_true", help="stop the running turn; this prompt runs next")
+    prompt.add_argument(
+        "--expect", metavar="TURN", help="only while TURN is the running turn (TurnMismatch otherwise)"
+    )
     prompt.set_defaults(run=run_prompt)
+
+    queue = commands.add_parser(
+        "queue",
+        help="list a session's queued turns, in the order they will run",
+        description="One line a queued turn: its id, when it was queued, its text (tab-separated).",
+    )
+    add_server_options(queue)
+    queue.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    queue.add_argument("--json", action="store_true", help="one JSON object a line instead")
+    queue.set_defaults(run=run_queue)
+
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a queued turn: it never runs",
+        description="TurnNotQueued (exit 1) once the turn has started: interrupt it instead.",
+    )
+    add_server_options(cancel)
+    cancel.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    cancel.add_argument("turn_id", metavar="TURN", help="the queued turn (turn_...)")
+    cancel.set_defaults(run=run_cancel)
 
     reply = commands.add_parser(
         "reply",
@@ -89,6 +121,11 @@ def add_commands(commands: Any) -> None:
     reply.add_argument("request_id", metavar="RID", help="the permission request (per_...)")
     reply.add_argument("decision", choices=("once", "always", "reject"), help="once, always or reject")
     reply.add_argument("--message", metavar="M", help="with reject: feedback for the model; the turn goes on")
+    reply.add_argument(
+        "--input",
+        metavar="JSON",
+        help="with once or always: run the call with this input (a JSON object) instead of the model's",
+    )
     reply.set_defaults(run=run_reply)
 
     interrupt = commands.add_parser(
@@ -98,6 +135,12 @@ def add_commands(commands: Any) -> None:
     )
     add_server_options(interrupt)
     interrupt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    interrupt.add_argument(
+        "--after-step",
+        action="store_true",
+        help="a soft stop: let the running step and its tool calls finish, stop before the next model request",
+    )
+    interrupt.add_argument("--cancel-queued", action="store_true", help="also cancel every queued turn")
     interrupt.set_defaults(run=run_interrupt)
 
     resume = commands.add_parser(
@@ -190,14 +233,51 @@ def run_sessions(args: argparse.Namespace) -> int:
 
 def run_prompt(args: argparse.Namespace) -> int:
     async def action(client: CoordinatorClient) -> None:
-        print(await client.prompt(args.session_id, args.text), flush=True)
+        if args.steer:
+            steered = await client.steer(args.session_id, args.text, expected_turn_id=args.expect)
+            print(f"{steered.turn_id}\t{steered.steer_id}", flush=True)
+            return
+        mode = "interrupt" if args.interrupt else "queue"
+        print(
+            await client.prompt(args.session_id, args.text, mode=mode, expected_turn_id=args.expect),
+            flush=True,
+        )
+
+    return _call(args, action)
+
+
+def run_queue(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        for turn in await client.queued_turns(args.session_id):
+            if args.json:
+                _print_json(wire.unstructure(turn))
+            else:
+                print("\t".join([turn.turn_id, turn.created_at, " ".join(turn.text.split())]), flush=True)
+
+    return _call(args, action)
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        await client.cancel_turn(args.session_id, args.turn_id)
+        print(f"cancelled {args.turn_id}", flush=True)
 
     return _call(args, action)
 
 
 def run_reply(args: argparse.Namespace) -> int:
+    edited = None
+    if args.input is not None:
+        try:
+            edited = json.loads(args.input)
+        except json.JSONDecodeError as exc:
+            complain(f"--input is not JSON: {exc}")
+            return EXIT_USAGE
+
     async def action(client: CoordinatorClient) -> None:
-        request = await client.reply_permission(args.session_id, args.request_id, args.decision, args.message)
+        request = await client.reply_permission(
+            args.session_id, args.request_id, args.decision, args.message, input=edited
+        )
         _print_json(wire.unstructure(request))
 
     return _call(args, action)
@@ -205,7 +285,10 @@ def run_reply(args: argparse.Namespace) -> int:
 
 def run_interrupt(args: argparse.Namespace) -> int:
     async def action(client: CoordinatorClient) -> None:
-        print("true" if await client.interrupt(args.session_id) else "false", flush=True)
+        when = "after_step" if args.after_step else "now"
+        queued = "cancel" if args.cancel_queued else "keep"
+        stopped = await client.interrupt(args.session_id, when=when, queued=queued)
+        print("true" if stopped else "false", flush=True)
 
     return _call(args, action)
 

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "coordinator.registry",
             "coordinator.decisions",
+            "coordinator.prompts",
             "coordinator.retention",
             "coordinator.orphans",
             "coordinator.claims",
@@ -65,6 +66,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.metrics",
             "coordinator.checkpoints",
             "coordinator.permissions",
+            "coordinator.edited_inputs",
             "coordinator.claims",
         ),
     ),

@@ -13,6 +13,7 @@ import attrs
 
 from coordinator import wire
 from coordinator.models.base import ChatMessage, ModelToolCall
+from coordinator.reasons import REASON_CLASSES, Timeout
 from coordinator.records import Message, TextPart, ToolPart
 from coordinator.store import Reader
 from coordinator.store.rows import StoredMessage
@@ -29,8 +30,11 @@ STOPPED_BEFORE_RUNNING = (
     "This tool call did not run: it was stopped before its tool began. Nothing of it was done."
 )
 EDITED_NOTE = "Note: the user changed this call's input before it ran; it ran with this input instead: "
-# The error types of a call cut off by a stop (or its own deadline), not failed by its tool.
-_STOPPED_TYPES = frozenset({"interrupted", "timeout", "declined"})
+# The error types of a call cut off by a stop (or its own deadline): those the stop reasons give
+# their calls, but a failure's (a tool's own error is reported as it is).
+_STOPPED_TYPES = frozenset(cls.tool_error for cls in REASON_CLASSES if not cls.is_failure) | {
+    Timeout.tool_error
+}
 
 
 def tool_result_text(part: ToolPart) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -15,13 +15,14 @@ from starlette.types import ASGIApp
 from coordinator import errors, metrics, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
-from coordinator.records import MAX_TEXT, Form, Message, Node, PermissionRequest, Session
+from coordinator.records import MAX_TEXT, Form, Message, Node, PermissionRequest, QueuedTurn, Session
 from coordinator.server import page, sse
 from coordinator.server.auth import BearerAuth
 from coordinator.server.bodies import (
     CreateSessionBody,
     FormAnswersBody,
     Health,
+    InterruptBody,
     InterruptResult,
     PromptAccepted,
     PromptBody,
@@ -177,13 +178,34 @@ async def delete_session(request: Request) -> Response:
 
 async def prompt(request: Request) -> Response:
     body = await read_body(request, PromptBody)
-    turn_id = await _coordinator(request).prompt(request.path_params["sid"], body.text)
+    coordinator, sid = _coordinator(request), request.path_params["sid"]
+    if body.mode == "steer":
+        steered = await coordinator.steer(sid, body.text, expected_turn_id=body.expected_turn_id)
+        return _json(PromptAccepted(turn_id=steered.turn_id, steer_id=steered.steer_id), 202)
+    turn_id = await coordinator.prompt(sid, body.text, mode=body.mode, expected_turn_id=body.expected_turn_id)
     return _json(PromptAccepted(turn_id=turn_id), 202)
 
 
 async def interrupt(request: Request) -> Response:
-    stopped = await _coordinator(request).interrupt(request.path_params["sid"], by="api")
+    body = await read_body(request, InterruptBody, empty=InterruptBody())
+    stopped = await _coordinator(request).interrupt(
+        request.path_params["sid"], by="api", when=body.when, queued=body.queued
+    )
     return _json(InterruptResult(interrupted=stopped))
+
+
+async def list_turns(request: Request) -> Response:
+    status = request.query_params.get("status", "queued")
+    if status != "queued":
+        raise errors.InvalidRequest(
+            message=f"query.status: only queued turns are listed, got {status[:40]!r}"
+        )
+    return _json(await _coordinator(request).queued_turns(request.path_params["sid"]))
+
+
+async def cancel_turn(request: Request) -> Response:
+    await _coordinator(request).cancel_turn(request.path_params["sid"], request.path_params["tid"])
+    return Response(status_code=204)
 
 
 async def resume(request: Request) -> Response:
@@ -210,7 +232,7 @@ async def session_permissions(request: Request) -> Response:
 async def reply_permission(request: Request) -> Response:
     body = await read_body(request, ReplyBody)
     settled = await _coordinator(request).reply_permission(
-        request.path_params["sid"], request.path_params["rid"], body.decision, body.message
+        request.path_params["sid"], request.path_params["rid"], body.decision, body.message, input=body.input
     )
     return _json(ReplyResult(request=settled))
 
@@ -332,11 +354,22 @@ OPERATIONS: tuple[Operation, ...] = (
               summary="Delete a settled session with its history, requests, forms and events",
               endpoint=delete_session, status=204, errors=(*_SESSION, errors.SessionBusy)),
     Operation(method="POST", path="/api/session/{sid}/prompt", name="prompt",
-              summary="Queue a turn; it runs after any running turn", endpoint=prompt, status=202,
-              body=PromptBody, response=PromptAccepted, errors=_SESSION + _CLOSED),
+              summary="Queue a turn, steer the running one, or interrupt it and run next", endpoint=prompt,
+              status=202, body=PromptBody, response=PromptAccepted,
+              errors=(*_SESSION, errors.TurnMismatch, *_CLOSED)),
     Operation(method="POST", path="/api/session/{sid}/interrupt", name="interrupt",
-              summary="Stop the running turn (reason interrupt, by api)", endpoint=interrupt,
-              response=InterruptResult, errors=_SESSION),
+              summary="Stop the running turn (reason interrupt, by api), now or after its step",
+              endpoint=interrupt, body=InterruptBody, body_optional=True, response=InterruptResult,
+              errors=_SESSION),
+    Operation(method="GET", path="/api/session/{sid}/turn", name="list_turns",
+              summary="The session's queued turns, in the order they will run", endpoint=list_turns,
+              response=list[QueuedTurn],
+              parameters=(Parameter(name="status", where="query", hint=Literal["queued"],
+                                    description="the turns of this status (only queued is listed)"),),
+              errors=_SESSION),
+    Operation(method="DELETE", path="/api/session/{sid}/turn/{tid}", name="cancel_turn",
+              summary="Cancel a queued turn: it never runs", endpoint=cancel_turn, status=204,
+              errors=(*_SESSION, errors.TurnNotFound, errors.TurnNotQueued)),
     Operation(method="POST", path="/api/session/{sid}/resume", name="resume",
               summary="Resume the suspended turn a start with [server] resume = \"manual\" left",
               endpoint=resume, status=202, response=ResumeAccepted,
@@ -356,7 +389,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="POST", path="/api/session/{sid}/permission/{rid}/reply", name="reply_permission",
               summary="Answer a permission request", endpoint=reply_permission, body=ReplyBody,
               response=ReplyResult,
-              errors=(*_SESSION, errors.PermissionNotFound, errors.PermissionAlreadySettled)),
+              errors=(*_SESSION, errors.PermissionNotFound, errors.PermissionAlreadySettled, errors.InvalidInput)),
     Operation(method="GET", path="/api/session/{sid}/form", name="session_forms",
               summary="The session's pending question forms", endpoint=session_forms,
               response=list[Form], errors=_SESSION),

@@ -20,6 +20,8 @@ from coordinator.errors import InvalidRequest
 from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, PermissionRequest
 from coordinator.server.schema import SchemaBuilder, Validator
 
+PromptMode = Literal["queue", "steer", "interrupt"]
+
 MAX_BODY_BYTES = 4 << 20
 """The largest request body accepted (4 MiB: room for a text of ``MAX_TEXT`` characters, escaped);
 a larger one is an ``InvalidRequest``."""
@@ -37,26 +39,46 @@ class CreateSessionBody:
 
 @attrs.frozen(kw_only=True)
 class PromptBody:
-    """``POST /api/session/{sid}/prompt``: the text of the prompt (not empty)."""
+    """``POST /api/session/{sid}/prompt``: the text of the prompt (not empty), and how it joins the
+    session: ``queue`` (a new turn after any running or queued one), ``steer`` (into the running
+    turn at its next step boundary), ``interrupt`` (the running turn stops; this one runs next)."""
 
     text: str = attrs.field(
         metadata={
             "schema": {
                 "minLength": 1,
                 "maxLength": MAX_TEXT,
-                "pattern": r"\S",
-                "description": "the prompt; not empty nor only white space",
+                "description": "the prompt; not empty",
             }
         }
+    )
+    mode: PromptMode = attrs.field(
+        default="queue", metadata={"schema": {"description": "how the prompt joins the session"}}
+    )
+    expected_turn_id: str | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "accept the prompt only while this turn is the running turn"}},
     )
 
 
 @attrs.frozen(kw_only=True)
+class InterruptBody:
+    """``POST /api/session/{sid}/interrupt``: when the running turn stops (``now``, or ``after_step``:
+    a soft stop before its next model request), and whether the queued turns are ``cancel``led too."""
+
+    when: Literal["now", "after_step"] = "now"
+    queued: Literal["keep", "cancel"] = "keep"
+
+
+@attrs.frozen(kw_only=True)
 class ReplyBody:
-    """``POST .../permission/{rid}/reply``: a decision; ``reject`` with a message is feedback, not a stop."""
+    """``POST .../permission/{rid}/reply``: a decision; ``reject`` with a message is feedback, not a
+    stop; ``once`` or ``always`` with an ``input`` runs the call with that input instead of the
+    model's (it must fit the tool's input schema)."""
 
     decision: Decision
     message: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_TEXT}})
+    input: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -75,9 +97,11 @@ class Health:
 
 @attrs.frozen(kw_only=True)
 class PromptAccepted:
-    """The prompt is queued as a turn; it runs after any turn the session is running."""
+    """The prompt's turn: a queued turn, or (a steer) the running turn it waits for, or the queued
+    turn it became; ``steer_id`` names a steer."""
 
     turn_id: str
+    steer_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -118,7 +142,13 @@ class ErrorBody:
     error: ErrorDetail
 
 
-REQUEST_BODIES: tuple[type[Any], ...] = (CreateSessionBody, PromptBody, ReplyBody, FormAnswersBody)
+REQUEST_BODIES: tuple[type[Any], ...] = (
+    CreateSessionBody,
+    PromptBody,
+    InterruptBody,
+    ReplyBody,
+    FormAnswersBody,
+)
 
 
 @functools.cache

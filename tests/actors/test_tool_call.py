@@ -185,7 +185,7 @@ async def test_a_stopped_script_call_keeps_its_finished_nested_calls_and_logs(tm
         ]
         assert harness.events[-1].payload == {
             "call_id": "c1",
-            "error": {"type": "interrupted", "message": "interrupted by the user"},
+            "error": {"type": "interrupted", "message": "interrupted by the user", "started": True},
             "partial": partial,
         }
         stored = harness.store.read.get_tool_call("ses_1", "c1")

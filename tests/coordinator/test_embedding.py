@@ -90,10 +90,10 @@ async def test_text_the_store_cannot_keep_is_an_invalid_request(tmp_path: Path, 
         with pytest.raises(InvalidRequest):
             await coord.prompt(session.id, "bad \udfff")
         with pytest.raises(InvalidRequest):
-            await coord.prompt(session.id, "   ")
+            await coord.prompt(session.id, "")
         # The session is checked first: a prompt to no session is SessionNotFound, whatever its text.
         with pytest.raises(SessionNotFound):
-            await coord.prompt("ses_missing", "   ")
+            await coord.prompt("ses_missing", "")
         with pytest.raises(SessionNotFound):
             await coord.prompt("ses_missing", "go")
         assert await coord.store.read(lambda reader: reader.next_turn(session.id)) is None

@@ -98,6 +98,9 @@ def test_every_event_type_has_its_payload_class() -> None:
     assert types == {
         "session.created",
         "session.turn.started",
+        "session.turn.queued",
+        "session.turn.steered",
+        "session.turn.cancelled",
         "session.step.started",
         "session.step.succeeded",
         "session.step.failed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -63,3 +64,61 @@ def test_the_remote_commands_find_the_server_by_the_config_and_the_token_by_the_
     gone = run_cli(elsewhere, "sessions", **token)
     assert gone.returncode == 1 and len(gone.stderr.splitlines()) == 1
     assert "cannot reach the server at" in gone.stderr
+
+
+@pytest.mark.slow
+def test_steering_the_queue_and_a_soft_stop_from_the_command_line(tmp_path: Path) -> None:
+    """``prompt --steer|--interrupt``, ``queue``, ``cancel``, ``interrupt --after-step`` and
+    ``reply --input``: a person steers a running turn and manages its queue without curl."""
+    (tmp_path / "coordinator.toml").write_text(
+        '[[permission]]\naction = "*"\nresource = "*"\neffect = "allow"\n\n'
+        '[[permission]]\naction = "shell"\nresource = "*"\neffect = "ask"\n'
+    )
+    with serving(tmp_path, "--config", str(tmp_path / "coordinator.toml")) as served:
+        session = httpx.post(f"{served.url}/api/session", json={"title": "cli"}).json()
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return run_cli(tmp_path, *args, "--url", served.url)
+
+        sid = session["id"]
+        turn_id = cli("prompt", sid, "run: echo first").stdout.strip()
+        asked = cli("events", "--session", sid, "--follow", "--until", "permission.asked")
+        request_id = json.loads(asked.stdout.splitlines()[-1])["request"]["id"]
+
+        steered = cli("prompt", sid, "and more", "--steer", "--expect", turn_id)
+        assert steered.returncode == 0
+        steer_turn, steer_id = steered.stdout.strip().split("\t")
+        assert steer_turn == turn_id and steer_id.startswith("steer")
+        mismatch = cli("prompt", sid, "x", "--steer", "--expect", "turn_other")
+        assert mismatch.returncode == 1 and "TurnMismatch" in mismatch.stderr
+
+        later = cli("prompt", sid, "later").stdout.strip()
+        dropped = cli("prompt", sid, "dropped").stdout.strip()
+        listed = cli("queue", sid).stdout.splitlines()
+        assert [line.split("\t")[0] for line in listed] == [later, dropped]
+        assert listed[0].split("\t")[2] == "later"
+        assert cli("cancel", sid, dropped).stdout == f"cancelled {dropped}\n"
+        again = cli("cancel", sid, dropped)
+        assert again.returncode == 1 and "TurnNotQueued" in again.stderr
+
+        soft = cli("interrupt", sid, "--after-step")
+        assert (soft.returncode, soft.stdout) == (0, "true\n")
+        bad_input = cli("reply", sid, request_id, "once", "--input", "not json")
+        assert bad_input.returncode == 2 and len(bad_input.stderr.splitlines()) == 1
+        edited = cli("reply", sid, request_id, "once", "--input", '{"command": "echo edited"}')
+        assert json.loads(edited.stdout)["input"] == {"command": "echo edited"}
+
+        idle = cli("events", "--session", sid, "--follow", "--until", "session.idle")
+        events = [json.loads(line) for line in idle.stdout.splitlines()]
+        assert [e["type"] for e in events][-2:] == ["session.execution.interrupted", "session.idle"], (
+            " ".join(e["type"] for e in events)
+        )
+        assert events[-2]["reason"] == {"type": "interrupt", "by": "api", "soft": True}
+        assert [e["type"] for e in events if e["type"].startswith("session.turn.")] == [
+            "session.turn.started",
+            "session.turn.cancelled",
+        ]
+        # The soft stop came first: the steer waits no more; it and "later" run as turns of their own.
+        assert cli("queue", sid, "--json").returncode == 0
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=DEADLINE) == 0

@@ -16,6 +16,7 @@ from coordinator.statuses import (
     FormStatus,
     Parked,
     PermissionStatus,
+    SteerStatus,
     StepStatus,
     TurnStatus,
 )
@@ -29,6 +30,7 @@ Q, R, ST, SU, SE = (
 )
 TURN_MOVES = {
     (Q, R),  # a start runs a queued turn
+    (Q, SE),  # a person cancelled it while it was queued
     (R, R),  # a start takes over the turn of a dead owner
     (R, ST),  # a stop's intent
     (SU, ST),  # an interrupt of a parked turn
@@ -67,6 +69,10 @@ CLAIM_MOVES = {
     (ClaimState.SUSPENDED, ClaimState.HELD),  # a takeover at a resume
     (ClaimState.SUSPENDED, ClaimState.RELEASED),  # a suspended sub-agent's turn settled by its parent
 }
+STEER_MOVES = {
+    (SteerStatus.PENDING, SteerStatus.DELIVERED),  # delivered at a step boundary
+    (SteerStatus.PENDING, SteerStatus.QUEUED),  # its turn ended first: a turn of its own
+}
 LIFECYCLES: list[tuple[type[typing.Any], set[typing.Any]]] = [
     (TurnStatus, TURN_MOVES),
     (CallStatus, CALL_MOVES),
@@ -74,6 +80,7 @@ LIFECYCLES: list[tuple[type[typing.Any], set[typing.Any]]] = [
     (PermissionStatus, PERMISSION_MOVES),
     (FormStatus, FORM_MOVES),
     (ClaimState, CLAIM_MOVES),
+    (SteerStatus, STEER_MOVES),
 ]
 
 

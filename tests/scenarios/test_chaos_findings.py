@@ -542,5 +542,7 @@ async def test_a_tool_that_raises_while_its_deadline_passes_fails_its_call_not_t
         await coord.prompt(session.id, "go")
         await recorder.wait_for("session.idle")
     failed = recorder.of("session.tool.failed")
-    assert [e.payload["error"] for e in failed] == [{"type": "error", "message": "RuntimeError: it broke"}]
+    assert [e.payload["error"] for e in failed] == [
+        {"type": "error", "message": "RuntimeError: it broke", "started": True}
+    ]
     assert recorder.of("session.idle")[0].payload["outcome"] == "succeeded"

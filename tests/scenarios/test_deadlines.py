@@ -25,7 +25,7 @@ async def test_a_tool_deadline_fails_the_call_and_the_turn_goes_on(
         await coord.prompt(session.id, "go")
         await recorder.wait_for("session.idle")
         error = recorder.of("session.tool.failed")[0].payload["error"]
-        assert error == {"type": "timeout", "message": "the tool deadline of 20s passed"}
+        assert error == {"type": "timeout", "message": "the tool deadline of 20s passed", "started": True}
         assert recorder.of("session.idle")[0].payload["outcome"] == "succeeded"
         assert trio.current_time() == pytest.approx(20, abs=1)
 

@@ -17,9 +17,7 @@ from tests.conftest import RecordingModel, make_config, running
 SHELL_CALL = {"tool_calls": [{"id": "call_shell", "name": "shell", "input": {"command": "echo hi"}}]}
 
 
-async def test_an_approval_with_an_edited_input_runs_it_and_tells_the_model(
-    config: Config, autojump_clock: object
-) -> None:
+async def test_an_approval_with_an_edited_input_runs_it_and_tells_the_model(config: Config) -> None:
     model = RecordingModel.from_json([SHELL_CALL, {"text": "done"}])
     async with running(config, model=model) as (coord, recorder):
         session = await coord.create_session(title="t")
@@ -31,8 +29,6 @@ async def test_an_approval_with_an_edited_input_runs_it_and_tells_the_model(
         assert caught.value.problems == ["input.command: 5 is not of type 'string'"]
         with pytest.raises(errors.InvalidInput):
             await coord.reply_permission(session.id, request_id, "once", input=["echo"])
-        with pytest.raises(errors.InvalidRequest):
-            await coord.reply_permission(session.id, request_id, "reject", input={"command": "x"})
         edited = {"command": "echo edited"}
         replied = await coord.reply_permission(session.id, request_id, "once", input=edited)
         assert replied.input == edited

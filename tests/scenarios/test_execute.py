@@ -194,6 +194,7 @@ async def test_execute_deadline_fails_the_call_with_its_partial_and_the_turn_goe
         assert execute.payload["error"] == {
             "type": "timeout",
             "message": "the execute deadline of 0.8s passed",
+            "started": True,
         }
         assert execute.payload["partial"] == {"logs": [FIRST_LOG], "calls": [first_call_record()]}
     received = json.loads(model.requests[1].messages[-1].content or "")
@@ -233,7 +234,11 @@ return "went on"
             "session.tool.succeeded",
         ]
         nested = failed_event(recorder, "call_exec.1")
-        assert nested.payload["error"] == {"type": "timeout", "message": "the tool deadline of 0.3s passed"}
+        assert nested.payload["error"] == {
+            "type": "timeout",
+            "message": "the tool deadline of 0.3s passed",
+            "started": True,
+        }
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
         assert output["result"] == "went on"
         assert output["logs"] == ["caught timeout"]
@@ -243,7 +248,7 @@ return "went on"
                 "name": "slow_wait",
                 "input": {"seconds": 600},
                 "status": "failed",
-                "output": {"type": "timeout", "message": "the tool deadline of 0.3s passed"},
+                "output": {"type": "timeout", "message": "the tool deadline of 0.3s passed", "started": True},
             }
         ]
 
@@ -378,6 +383,7 @@ explode()
                 '    raise ValueError("boom")\n'
                 "ValueError: boom\n"
             ),
+            "started": True,
         }
         assert execute.payload["partial"] == {
             "logs": ["before the error"],
@@ -577,6 +583,7 @@ async def test_script_that_leaves_without_returning_fails(tmp_path: Path) -> Non
     assert execute.payload["error"] == {
         "type": "error",
         "message": "the script process exited with code 3 before the script returned",
+        "started": True,
     }
     assert execute.payload["partial"] == {"logs": ["going"]}
 

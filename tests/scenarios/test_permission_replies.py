@@ -53,7 +53,7 @@ async def test_reject_with_a_message_is_feedback_and_the_turn_goes_on(config: Co
             "session.idle",
         ]
         error = recorder.of("session.tool.failed")[0].payload["error"]
-        assert error == {"type": "declined", "message": "use trash instead"}
+        assert error == {"type": "declined", "message": "use trash instead", "started": False}
         tool_message = model.requests[1].messages[-1]
         assert tool_message.role == "tool" and tool_message.tool_call_id == "call_0"
         assert "use trash instead" in (tool_message.content or "")

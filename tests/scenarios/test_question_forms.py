@@ -116,7 +116,7 @@ async def test_dismissing_with_a_message_is_feedback(config: Config, autojump_cl
         await coord.dismiss_form(session_id, form_id, "ask me later")
         await recorder.wait_for("session.idle")
         error = recorder.of("session.tool.failed")[0].payload["error"]
-        assert error == {"type": "declined", "message": "ask me later"}
+        assert error == {"type": "declined", "message": "ask me later", "started": True}
         assert recorder.of("session.idle")[0].payload["outcome"] == "succeeded"
         assert "ask me later" in (model.requests[1].messages[-1].content or "")
 

@@ -79,7 +79,7 @@ async def test_an_interrupting_prompt_runs_next(config: Config, autojump_clock: 
         assert recorder.of("session.turn.started")[1].payload["turn_id"] == urgent
 
 
-async def test_a_soft_stop_lets_the_step_finish_then_stops(config: Config, autojump_clock: object) -> None:
+async def test_a_soft_stop_lets_the_step_finish_then_stops(config: Config) -> None:
     model = RecordingModel.from_json([SHELL_CALL, {"text": "never asked"}])
     async with running(config, model=model) as (coord, recorder):
         sid, _turn_id, request_id = await _waiting_for_permission(coord, recorder)

@@ -122,7 +122,9 @@ async def test_a_provided_tool_is_offered_and_runs_until_it_is_withdrawn(tmp_pat
     assert all("kept_pid" in names for names in offered[:2])
     assert all("kept_pid" not in names for names in offered[2:])
     failed = recorder.of("session.tool.failed")
-    assert [e.payload["error"] for e in failed] == [{"type": "error", "message": "unknown tool 'kept_pid'"}]
+    assert [e.payload["error"] for e in failed] == [
+        {"type": "error", "message": "unknown tool 'kept_pid'", "started": False}
+    ]
     assert recorder.types(session.id)[-2:] == ["session.execution.succeeded", "session.idle"]
 
 

@@ -261,7 +261,7 @@ async def test_a_tool_failing_as_its_turn_is_interrupted_records_the_interrupt(
         assert await coord.interrupt(session_id)
         await recorder.wait_for("session.idle")
     [failed] = recorder.of("session.tool.failed")
-    assert failed.payload["error"] == {"type": "error", "message": "RuntimeError: it broke"}
+    assert failed.payload["error"] == {"type": "error", "message": "RuntimeError: it broke", "started": True}
     [turn] = span_trees(traced.spans())
     [tool] = turn["children"][0]["children"]
     assert tool == tool_span(session_id, "unwinding", "call_1", [], **stopped("interrupt"))

@@ -25,9 +25,7 @@ async def _waiting_for_permission(coord: Any, recorder: Any, text: str = "say hi
     return session.id, turn_id, asked.payload["request"]["id"]
 
 
-async def test_a_steer_while_a_permission_waits_reaches_the_next_request(
-    config: Config, autojump_clock: object
-) -> None:
+async def test_a_steer_while_a_permission_waits_reaches_the_next_request(config: Config) -> None:
     model = RecordingModel.from_json([SHELL_CALL, {"text": "done"}])
     async with running(config, model=model) as (coord, recorder):
         sid, turn_id, request_id = await _waiting_for_permission(coord, recorder)

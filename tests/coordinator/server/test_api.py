@@ -249,7 +249,10 @@ BAD_INPUT = [
     ("POST", "/api/session/{sid}/prompt", b"", "InvalidRequest", "empty body"),
     ("POST", "/api/session/{sid}/prompt", b"{}", "InvalidRequest", "body.text: missing"),
     ("POST", "/api/session/{sid}/prompt", b'{"text": 12}', "InvalidRequest", "body.text"),
-    ("POST", "/api/session/{sid}/prompt", b'{"text": "  "}', "InvalidRequest", "text"),
+    ("POST", "/api/session/{sid}/prompt", b'{"text": ""}', "InvalidRequest", "body.text"),
+    ("POST", "/api/session/{sid}/prompt", b'{"text": "hi", "mode": "later"}', "InvalidRequest", "body.mode"),
+    ("POST", "/api/session/{sid}/interrupt", b'{"when": "soon"}', "InvalidRequest", "body.when"),
+    ("POST", "/api/session/{sid}/interrupt", b"0", "InvalidRequest", "body"),
     ("POST", "/api/session/{sid}/prompt", b'{"text": "hi", "x": 1}', "InvalidRequest", "body.x"),
     ("POST", "/api/session/{sid}/permission/per_x/reply", b'{"decision": "maybe"}', "InvalidRequest", "body.decision"),
     ("POST", "/api/session/{sid}/permission/per_x/reply", b'{"decision": true}', "InvalidRequest", "body.decision"),
@@ -390,6 +393,8 @@ CONTRACT_ROUTES = {
     ("post", "/api/session/{sid}/prompt"),
     ("post", "/api/session/{sid}/interrupt"),
     ("post", "/api/session/{sid}/resume"),
+    ("get", "/api/session/{sid}/turn"),
+    ("delete", "/api/session/{sid}/turn/{tid}"),
     ("get", "/api/session/{sid}/message"),
     ("get", "/api/node"),
     ("get", "/api/permission"),
@@ -418,6 +423,11 @@ async def test_openapi_document_lists_every_route_with_schemas_that_match_the_wi
     }
     assert components["ReplyBody"]["properties"]["decision"]["enum"] == ["once", "always", "reject"]
     assert components["ReplyBody"]["required"] == ["decision"]
+    # Every request body is an object with exactly the fields the server takes.
+    for operation in OPERATIONS:
+        if operation.body is not None:
+            body = components[operation.body.__name__]
+            assert body["type"] == "object" and body["additionalProperties"] is False, operation.path
     assert set(reply["responses"]) == {"200", "400", "403", "404", "409", "415", "421", "500"}
     resume = doc["paths"]["/api/session/{sid}/resume"]["post"]
     assert set(resume["responses"]) == {"202", "403", "404", "409", "415", "421", "500", "503"}

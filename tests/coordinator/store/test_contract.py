@@ -350,7 +350,7 @@ async def test_the_watch_reads_only_the_decisions_committed_for_what_runs_here(s
     await store.write(setup)
     waits = ["r1", "r2", "r3", "f1", "f2", "f3", "gone"]
     replied, forms = await store.read(lambda r: r.decided_waits(waits))
-    assert replied == {"r1": ("once", None), "r3": ("reject", "not this one")}
+    assert replied == {"r1": ("once", None, None), "r3": ("reject", "not this one", None)}
     assert [(form.id, form.status) for form in forms] == [("f1", "submitted"), ("f3", "cancelled")]
     stopping = await store.read(lambda r: r.stopping_turns(["t1", "t2", "gone"]))
     assert [(turn.id, turn.stop_reason) for turn in stopping] == [("t2", Interrupt.by_person("api"))]
