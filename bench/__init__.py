@@ -34,6 +34,7 @@ GROUPS = (
     "processes",
     "instructions",
     "aio",
+    "steering",
 )
 
 
@@ -117,6 +118,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         processes,
         retention,
         scale,
+        steering,
         stops,
         streaming,
         turns,
@@ -166,5 +168,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await peer.measure_peer(workdir, sizes))
         elif group == "aio":
             figures.update(await aio.measure_aio(workdir, sizes))
+        elif group == "steering":
+            figures.update(await steering.measure_steering(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

@@ -45,6 +45,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="aio_turn_cpu_ms", workload="CPU a sequential turn (FULL) through coordinator.aio, asyncio.run", unit="ms", higher_is_better=False),
     Figure(key="aio_turn_cpu_ratio", workload="that over the same turns through the trio API, same group", unit="ratio", target=1.15, higher_is_better=False),
     Figure(key="aio_loop_lag_ms_p99", workload="host loop's 1 ms timer, lateness p99, 100 sessions' turns via aio", unit="ms", target=5, higher_is_better=False),
+    Figure(key="steer_delivery_ms_p99", workload="a steer, beyond its step boundary (a 50 ms tool call), to its delivery at a subscriber, p99", unit="ms", target=5, higher_is_better=False),
     Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
     Figure(key="turns_per_s_concurrent", workload="100 concurrent sessions (FULL)", unit="turns/s", target=1000),
     Figure(key="turns_per_s_concurrent_1_process", workload="the same 100 sessions in a child process (FULL)", unit="turns/s"),

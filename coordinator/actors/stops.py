@@ -210,14 +210,21 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
     return reason
 
 
-def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:
+async def recovered(turn: TurnScope, row: TurnRow, max_resumes: int) -> StopReason | None:
     """The stop a turn found unfinished at a start settles with instead of resuming, if any: one
-    decided before the crash or shutdown (a soft stop included), or ``max_resumes`` reached."""
+    decided before the crash or shutdown, or ``max_resumes`` reached.
+
+    A soft stop recorded before is due now (its boundary is the resume): its intent is committed
+    here, as at any boundary, so the turn is never resumed.
+
+    **Raises:** ``Fenced``, ``StoreError`` (the soft stop's intent could not be committed).
+    """
     if row.status == TurnStatus.STOPPING:
         assert row.stop_reason is not None
         return row.stop_reason
     if row.soft_stop is not None:
-        return row.soft_stop  # a soft stop is resumed never: its boundary is now
+        decided = functools.partial(decide_in, turn_id=row.id, reason=row.soft_stop, live=None)
+        return await turn.journal.write(decided) or row.soft_stop
     if row.resumes >= max_resumes:
         return Failure.resumes_exhausted(row.resumes)
     return None

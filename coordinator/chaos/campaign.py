@@ -29,7 +29,7 @@ from trio.testing import MockClock
 from coordinator import logs
 from coordinator.chaos import processes
 from coordinator.chaos.driver import RunState
-from coordinator.chaos.faults import Injection, format_schedule
+from coordinator.chaos.faults import FAULT_KINDS, SCENARIO_FAULT_KINDS, Injection, format_schedule
 from coordinator.chaos.injector import ChaosInjector
 from coordinator.chaos.invariants import check_run
 from coordinator.chaos.phase import run_phase
@@ -111,6 +111,7 @@ def execute_run(
         schedule=schedule,
         thinking=not world.processes,
         patience=world.patience,
+        kinds=FAULT_KINDS if world.scenario is None else SCENARIO_FAULT_KINDS,
     )
     model = ChaosModel(default=world.default_script, by_title=world.sub_scripts, db=db)
     clock = MockClock(rate=1.0) if world.processes else MockClock(autojump_threshold=0)

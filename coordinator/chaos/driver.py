@@ -19,9 +19,10 @@ import trio.testing
 from coordinator import Coordinator, errors
 from coordinator._coordinator import crash
 from coordinator.actors import stops
+from coordinator.chaos.faults import INPUTS
 from coordinator.chaos.injector import ChaosInjector, Park
 from coordinator.chaos.leaks import ProcessLedger
-from coordinator.chaos.record import RunRecord
+from coordinator.chaos.record import RunRecord, Sent
 from coordinator.chaos.scenario import SCENARIO_PATIENCE, ScenarioRun
 from coordinator.chaos.watch import CommitWatch, live_tasks
 from coordinator.chaos.world import ChaosModel, World
@@ -180,6 +181,8 @@ class Driver:
                 await self._interrupt(park)
             elif kind == "decline":
                 await self._decline(park)
+            elif kind in INPUTS:
+                await self._send_input(park)
             else:
                 await self._deadline(park)
         except errors.CoordinatorError as exc:  # its own write hit the injected store failure, say
@@ -223,14 +226,12 @@ class Driver:
             await trio.lowlevel.checkpoint()
 
     async def _interrupt(self, park: Park) -> None:
-        # Settling: stopping for a reason that is final, or writing a success. A shutdown's suspension
-        # is not final: an interrupt then stops the turn for good (it must end interrupted, never
-        # resumed, which the intent check of invariant 1 verifies).
-        reason = park.turn.handle.reason
-        final = reason is not None and not reason.resumable
-        settling = final or (reason is None and park.injection.checkpoint.startswith("settle."))
+        settling = _settling(park)
         accepted = await self.coord.interrupt(park.turn.session_id, by="api")
         self._applied(park, f"interrupt answered {accepted}")
+        self._check_interrupt(park, accepted, settling)
+
+    def _check_interrupt(self, park: Park, accepted: bool, settling: bool) -> None:
         if accepted:
             self.record.interrupted_sessions.add(park.turn.session_id)
             if settling:
@@ -239,6 +240,50 @@ class Driver:
                     "already settling (an interrupt of a settling turn answers false and changes nothing)"
                 )
                 self.record.violate(1, message)
+
+    async def _send_input(self, park: Park) -> None:
+        """A person's input into the running turn: a steer, a queued prompt (cancelled at once, or
+        interrupting the turn), or a soft stop (cancelling the queue too)."""
+        fault, session_id = park.injection.fault, park.turn.session_id
+        self.record.discovering = True  # the turns it makes are the record's too
+        text = f"{fault.label()} at {park.injection.occurrence}"
+        if fault.kind == "steer":
+            steered = await self.coord.steer(session_id, text)
+            self.record.sent.append(
+                Sent(kind="steer", session_id=session_id, id=steered.steer_id, phase=self.number)
+            )
+            self._applied(park, f"steered {steered.steer_id} into {steered.turn_id}")
+        elif fault.kind == "queue":
+            await self._queue(park, text)
+        else:
+            settling = _settling(park)
+            cancel = fault.variant == "cancel"
+            if cancel:
+                self.record.queue_cancelled.add(session_id)
+            accepted = await self.coord.interrupt(
+                session_id, by="api", when="after_step", queued="cancel" if cancel else "keep"
+            )
+            self._applied(park, f"soft stop answered {accepted}")
+            self._check_interrupt(park, accepted, settling)
+
+    async def _queue(self, park: Park, text: str) -> None:
+        fault, session_id = park.injection.fault, park.turn.session_id
+        mode = "interrupt" if fault.variant == "interrupt" else "queue"
+        if mode == "interrupt":
+            # Whether it stopped the turn is not answered: its interrupt explains an interrupted turn.
+            self.record.interrupted_sessions.add(session_id)
+        turn_id = await self.coord.prompt(session_id, text, mode=mode)
+        self.record.sent.append(Sent(kind="prompt", session_id=session_id, id=turn_id, phase=self.number))
+        if fault.variant != "cancel":
+            self._applied(park, f"queued {turn_id} ({mode})")
+            return
+        self.record.cancelled_turns.add(turn_id)
+        try:
+            await self.coord.cancel_turn(session_id, turn_id)
+        except errors.TurnNotQueued:
+            self._applied(park, f"queued {turn_id}: it started before its cancellation")
+            return
+        self._applied(park, f"queued {turn_id}, then cancelled it")
 
     async def _decline(self, park: Park) -> None:
         target = self._decline_target(park)
@@ -336,3 +381,12 @@ class Driver:
             self.state.clock.jump(seconds)  # trio's clock runs at real speed: jump
         else:
             await trio.sleep(seconds)  # autojump: every deadline due meanwhile fires, in order
+
+
+def _settling(park: Park) -> bool:
+    """Whether the parked turn already settles: stopping for a reason that is final, or writing a
+    success. A shutdown's suspension is not final: an interrupt then stops the turn for good (it must
+    end interrupted, never resumed, which the intent check of invariant 1 verifies)."""
+    reason = park.turn.handle.reason
+    final = reason is not None and not reason.resumable
+    return final or (reason is None and park.injection.checkpoint.startswith("settle."))

@@ -21,17 +21,26 @@ FAULT_KINDS = (
     "store_failure",  # the next commit fails: a failing disk (error), a full one, a busy database
     "shutdown",  # the coordinator shuts down gracefully
     "crash",  # the coordinator is dropped with nothing settled, then a new one opens the database
+    "steer",  # the user sends text into the running turn
+    "queue",  # the user queues a prompt (then cancels it, or sends it to interrupt the running turn)
+    "soft_stop",  # the user stops the turn after its running step (and may cancel the queue with it)
 )
+# What a person sends into a running turn: drawn only in the campaign's own worlds (a user's
+# scenario counts its own turns, and a steer of ours would add one it does not know).
+INPUTS = frozenset({"steer", "queue", "soft_stop"})
+SCENARIO_FAULT_KINDS = tuple(kind for kind in FAULT_KINDS if kind not in INPUTS)
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     # stop: a reject or dismissal without a message; feedback: with one (the turn goes on).
     "decline": ("stop", "stop", "stop", "feedback"),
     "model_error": ("error", "malformed"),
     "store_failure": ("error", "full", "busy"),
+    "queue": ("keep", "cancel", "interrupt"),
+    "soft_stop": ("keep", "cancel"),
 }
 
 # Faults a driver task applies while the actor that reached the checkpoint waits there.
-DRIVEN = frozenset({"interrupt", "decline", "deadline", "shutdown", "crash"})
+DRIVEN = frozenset({"interrupt", "decline", "deadline", "shutdown", "crash"}) | INPUTS
 TEARDOWN = frozenset({"shutdown", "crash"})
 
 # Where each component fault is raised in place; scheduled elsewhere, it fails the component's next use

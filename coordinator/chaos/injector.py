@@ -79,7 +79,7 @@ MAX_FAULTS = max(BUDGETS)
 # A wait that opens while another of the turn is pending: a stop now must revoke them all before any
 # call fails, and such moments are rare; inject there more often.
 CROWDED_WAIT_RATE = 0.7
-CROWDED_FAULTS = ("interrupt", "decline", "deadline", *FAULT_KINDS)
+CROWDED_FAULTS = ("interrupt", "decline", "deadline")  # drawn more often, beside every kind
 
 
 def _pending_waits(read: Reader, turn: TurnScope) -> int:
@@ -133,8 +133,10 @@ class ChaosInjector:
         schedule: tuple[Injection, ...] | None = None,
         thinking: bool = True,
         patience: float = 0.0,
+        kinds: tuple[str, ...] = FAULT_KINDS,
     ) -> None:
         self.record = record
+        self._kinds = kinds
         self._thinking = thinking
         self._patience = patience  # with a scenario: how long the person lets it answer first
         self._rng = rng
@@ -220,7 +222,7 @@ class ChaosInjector:
         if self.budget <= 0 or self._rng.random() >= (CROWDED_WAIT_RATE if crowded else rate_of(name)):
             return None
         self.budget -= 1
-        kind = self._rng.choice(CROWDED_FAULTS if crowded else FAULT_KINDS)
+        kind = self._rng.choice((*CROWDED_FAULTS, *self._kinds) if crowded else self._kinds)
         variants = VARIANTS.get(kind)
         injection = Injection(
             self.occurrence, name, Fault(kind, self._rng.choice(variants) if variants else "")

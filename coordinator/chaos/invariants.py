@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from coordinator.chaos.inputs import cancelled_turns, check_inputs
 from coordinator.chaos.record import PhaseRecord, RunRecord, StoreView, Violation
 from coordinator.chaos.settling import check_calls, check_requests, check_stop_order, check_waits
 from coordinator.chaos.streaming import Streamed, check_streamed_text
@@ -66,9 +67,12 @@ def check_terminals(record: RunRecord, view: StoreView) -> list[Violation]:
     """1: each turn has one terminal event, as its first durable stop intent said and a fault caused."""
     found: list[Violation] = []
     events = by_turn(view)
+    cancelled = cancelled_turns(view)
     for turn_id, session_id in record.turns.items():
         mine = events.get(turn_id, [])
         terminals = [e for e in mine if e.type in TERMINALS]
+        if not terminals and turn_id in cancelled:
+            continue  # cancelled while queued, never run: invariant 13 checks it
         if len(terminals) != 1:
             found.append(
                 Violation(1, f"{turn_id} has {len(terminals)} terminal events: {[e.type for e in mine]}")
@@ -351,4 +355,5 @@ CHECKS: tuple[Callable[[RunRecord, StoreView], list[Violation]], ...] = (
     check_reasons,
     check_log,
     check_sub_agents,
+    check_inputs,
 )

@@ -113,6 +113,16 @@ class Intent:
     seq: int
 
 
+@attrs.frozen(kw_only=True)
+class Sent:
+    """A prompt or a steer a person sent and the coordinator accepted (answered, durable)."""
+
+    kind: str  # prompt | steer
+    session_id: str
+    id: str  # the prompt's turn id, or the steer's id
+    phase: int
+
+
 @attrs.define(kw_only=True)
 class RunRecord:
     """Filled by the injector, the driver and the commit watch while the run goes on."""
@@ -137,6 +147,11 @@ class RunRecord:
     timed_turns: set[str] = attrs.Factory(set)
     failed_turns: set[str] = attrs.Factory(set)
     asked: dict[str, list[tuple[str, str]]] = attrs.Factory(dict)  # session -> [(kind, wait id)]
+    # What people sent into running turns (invariant 13), and the cancellations they asked for:
+    # queued turns by id, and sessions whose whole queue an interrupt cancelled.
+    sent: list[Sent] = attrs.Factory(list)
+    cancelled_turns: set[str] = attrs.Factory(set)
+    queue_cancelled: set[str] = attrs.Factory(set)
     asked_in: dict[str, int] = attrs.Factory(dict)  # wait id -> the phase that first asked it
     phases: list[PhaseRecord] = attrs.Factory(list)
     # Rounds over several nodes: each event's seq -> (the instance that committed it, its session's

@@ -41,6 +41,9 @@ TOOL_CALL = "tests/actors/test_tool_call.py::"
 HANDLE = "tests/actors/test_handle.py::"
 DECISIONS = "tests/coordinator/test_decisions.py::"
 PERMISSIONS = "tests/coordinator/test_permissions.py::"
+STEERING = "tests/scenarios/test_steering.py::"
+SOFT_STOPS = "tests/scenarios/test_queue_and_soft_stop.py::"
+EDITED = "tests/scenarios/test_edited_approvals.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -351,5 +354,46 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         tests=(DECISIONS + "test_a_reject_with_a_message_is_feedback_and_stops_nothing",),
+    ),
+    Mutant(
+        name="steer-dropped-at-the-stop",
+        origin="added",
+        rule="a steer its turn never reached becomes a queued turn when the turn settles: never lost",
+        edits=(
+            Edit(
+                path="coordinator/actors/settlement.py",
+                old=("    steers.queue_pending(tx, turn_id)",),
+                new=("    pass",),
+            ),
+        ),
+        tests=(STEERING + "test_a_steer_then_an_interrupt_becomes_the_next_turn[sqlite]",),
+    ),
+    Mutant(
+        name="soft-stop-past-its-boundary",
+        origin="added",
+        rule="a soft stop takes effect at the turn's next step boundary, before its next model request",
+        edits=(
+            Edit(
+                path="coordinator/actors/step.py",
+                old=("        if boundary.soft_stop is not None:",),
+                new=("        if False:",),
+            ),
+        ),
+        tests=(SOFT_STOPS + "test_a_soft_stop_lets_the_step_finish_then_stops[sqlite]",),
+    ),
+    Mutant(
+        name="edited-input-ignored",
+        origin="added",
+        rule="a call approved with an edited input runs with that input, not the model's",
+        edits=(
+            Edit(
+                path="coordinator/actors/tool_call.py",
+                old=(
+                    "            tool_input = call.input if progress.edited_input is None else progress.edited_input",
+                ),
+                new=("            tool_input = call.input",),
+            ),
+        ),
+        tests=(EDITED + "test_an_approval_with_an_edited_input_runs_it_and_tells_the_model[sqlite]",),
     ),
 )

@@ -288,3 +288,28 @@ def test_the_asyncio_coordinator_has_every_method_of_the_trio_one() -> None:
             assert inspect.signature(ours).parameters.keys() == inspect.signature(theirs).parameters.keys(), (
                 name
             )
+
+
+def test_a_steer_the_queue_a_soft_stop_and_an_edited_approval_from_asyncio(tmp_path: Path) -> None:
+    async def scenario(watchdog: Watchdog) -> None:
+        async with opened(ask_config(tmp_path), [SHELL_CALL, DONE]) as (coord, events):
+            session = await coord.create_session()
+            turn_id = await coord.prompt(session.id, "say hi")
+            asked = await events.wait_for("permission.asked")
+            steered = await coord.steer(session.id, "then this", expected_turn_id=turn_id)
+            queued = await coord.prompt(session.id, "later")
+            assert [q.turn_id for q in await coord.queued_turns(session.id)] == [queued]
+            await coord.cancel_turn(session.id, queued)
+            assert await coord.interrupt(session.id, when="after_step")
+            edited = {"command": "echo edited"}
+            request_id = asked.payload["request"]["id"]
+            replied = await coord.reply_permission(session.id, request_id, "once", input=edited)
+            assert replied.input == edited
+            await events.wait_for("session.idle")
+            reason = events.of("session.execution.interrupted")[0].payload["reason"]
+            assert reason == {"type": "interrupt", "by": "embedder", "soft": True}
+            assert events.of("session.turn.cancelled")[0].payload["turn_id"] == queued
+            await events.wait_for("session.idle", 2)  # the steer, queued by the soft stop, ran
+            assert events.of("session.turn.queued")[0].payload["from_steer"] == steered.steer_id
+
+    run(scenario)

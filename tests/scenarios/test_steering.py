@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 from coordinator import errors
 from coordinator.config import Config
@@ -84,6 +85,8 @@ async def test_a_steer_then_an_interrupt_becomes_the_next_turn(
         sid, turn_id, _ = await _waiting_for_permission(coord, recorder)
         steered = await coord.steer(sid, "change of plan")
         assert await coord.interrupt(sid)
+        with trio.fail_after(60):  # the clock jumps: a steer the stop dropped fails this at once
+            await recorder.wait_for("session.turn.queued")
         await recorder.wait_for("session.idle", 2)
         types = recorder.types(sid)
         interrupted = types.index("session.execution.interrupted")

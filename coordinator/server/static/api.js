@@ -66,6 +66,8 @@ export const path = {
   session: (sid) => `/api/session/${encodeURIComponent(sid)}`,
   prompt: (sid) => `${path.session(sid)}/prompt`,
   interrupt: (sid) => `${path.session(sid)}/interrupt`,
+  queued: (sid) => `${path.session(sid)}/turn?status=queued`,
+  turn: (sid, tid) => `${path.session(sid)}/turn/${encodeURIComponent(tid)}`,
   resume: (sid) => `${path.session(sid)}/resume`,
   permissions: (sid) => `${path.session(sid)}/permission`,
   reply: (sid, rid) => `${path.session(sid)}/permission/${encodeURIComponent(rid)}/reply`,

@@ -23,7 +23,12 @@ const page = {
   listLimit: LIST_PAGE,
   follower: null,
   history: null,
-  dialogs: new Dialogs($("dialogs"), notify, (sessionId) => page.history?.childTitle(sessionId) ?? null),
+  dialogs: new Dialogs(
+    $("dialogs"),
+    notify,
+    (sessionId) => page.history?.childTitle(sessionId) ?? null,
+    (callId) => page.history?.callInput(callId),
+  ),
 };
 
 function notify(text) {
@@ -64,6 +69,33 @@ async function refreshSessions() {
   const shown = sessions.find((session) => session.id === page.sessionId);
   if (shown) showSessionHead(shown);
   else if (page.sessionId) showSessionHead(await api("GET", path.session(page.sessionId))); // not on the first page
+  if (page.sessionId) await refreshQueue(page.sessionId);
+}
+
+// The queued prompts under the history, each with its Cancel.
+async function refreshQueue(sessionId) {
+  const queued = await api("GET", path.queued(sessionId));
+  if (sessionId !== page.sessionId) return;
+  const items = queued.map((turn) => {
+    const cancel = el("button", { type: "button", class: "danger" }, "Cancel");
+    cancel.onclick = () => cancelQueued(sessionId, turn.turn_id).catch(complain);
+    const item = el("li", { class: "queued" }, el("span", { class: "queued-text" }, turn.text), " ", cancel);
+    item.dataset.turnId = turn.turn_id;
+    return item;
+  });
+  $("queued").replaceChildren(...items);
+  $("queue").hidden = items.length === 0;
+}
+
+async function cancelQueued(sessionId, turnId) {
+  try {
+    await api("DELETE", path.turn(sessionId, turnId));
+    notify("Queued prompt cancelled: it will not run.");
+  } catch (error) {
+    if (!(error instanceof ApiError && error.errorName === "TurnNotQueued")) throw error;
+    notify("Too late to cancel: that prompt has started.");
+  }
+  refreshSoon();
 }
 
 // One refresh at a time; an event that arrives during one asks for another after it, so the list
@@ -93,6 +125,8 @@ function showSessionHead(session) {
   $("session-state").textContent = `${session.status}${outcome}`;
   // Only a turn parked by a start with `[server] resume = "manual"` can be resumed.
   $("resume").hidden = session.status !== "suspended";
+  // A steer joins the running turn; with none running the prompt box only sends.
+  $("steer").hidden = session.status !== "busy";
 }
 
 function select(sessionId) {
@@ -108,6 +142,8 @@ function select(sessionId) {
     $("session-title").textContent = "No session selected";
     $("session-state").textContent = "";
     $("resume").hidden = true;
+    $("steer").hidden = true;
+    $("queue").hidden = true;
     return;
   }
   $("connection").textContent = "connecting…";
@@ -126,7 +162,7 @@ function select(sessionId) {
   refreshSoon();
 }
 
-const TURN_EVENTS = /^session\.(turn\.started|idle|execution\.)/;
+const TURN_EVENTS = /^session\.(turn\.|idle|execution\.)/;
 
 function applyEvent(history, event) {
   if (history !== page.history) return;
@@ -176,12 +212,34 @@ async function sendPrompt() {
   if (!sessionId) sessionId = (await createSession(text.trim().slice(0, 60))).id;
   await api("POST", path.prompt(sessionId), { text });
   if (box.value === text) box.value = "";
+  refreshSoon();
+}
+
+async function steer() {
+  const box = $("prompt");
+  const text = box.value;
+  if (!text.trim()) return;
+  if (!page.sessionId) return notify("Select a session first.");
+  const answer = await api("POST", path.prompt(page.sessionId), { text, mode: "steer" });
+  if (box.value === text) box.value = "";
+  notify(answer.steer_id ? "Steer sent: the model reads it before its next step." : "Sent.");
+  refreshSoon();
 }
 
 async function interrupt() {
   if (!page.sessionId) return notify("Select a session first.");
   const answer = await api("POST", path.interrupt(page.sessionId));
   notify(answer.interrupted ? "Interrupt sent: the turn is stopping." : "Nothing to interrupt: no turn is running.");
+}
+
+async function stopAfterStep() {
+  if (!page.sessionId) return notify("Select a session first.");
+  const answer = await api("POST", path.interrupt(page.sessionId), { when: "after_step" });
+  notify(
+    answer.interrupted
+      ? "The turn stops after its running step: its tool calls finish, the model is not asked again."
+      : "Nothing to stop: no turn is running, or it is stopping already.",
+  );
 }
 
 async function resume() {
@@ -208,6 +266,8 @@ function wire() {
     }
   });
   $("interrupt").addEventListener("click", () => interrupt().catch(complain));
+  $("soft-stop").addEventListener("click", () => stopAfterStep().catch(complain));
+  $("steer").addEventListener("click", () => steer().catch(complain));
   $("resume").addEventListener("click", () => resume().catch(complain));
   $("new-session").addEventListener("submit", (submitted) => {
     submitted.preventDefault();

@@ -13,11 +13,13 @@ import { el, reasonWords, settlementWords } from "./dom.js";
 
 export class Dialogs {
   // `root`: where dialogs go; `notify(text)`: the status area; `childTitle(sid)`: the title of a
-  // sub-agent session, or null for the session shown.
-  constructor(root, notify, childTitle = () => null) {
+  // sub-agent session, or null for the session shown; `callInput(callId)`: the input the model asked
+  // a call with (what Edit starts from), or undefined.
+  constructor(root, notify, childTitle = () => null, callInput = () => undefined) {
     this.root = root;
     this.notify = notify;
     this.childTitle = childTitle;
+    this.callInput = callInput;
     this.open = new Map(); // id -> entry
     this.settled = new Set();
   }
@@ -51,11 +53,32 @@ export class Dialogs {
     if (request.status !== "pending" || this.settled.has(request.id)) return;
     const what = `${request.action} "${request.resource}"`;
     const message = el("input", { type: "text", "aria-label": "Message (optional)", placeholder: "why not" });
+    // Edit: the call's input as JSON, changed by the person before it runs (checked by the server
+    // against the tool's input schema: a mismatch leaves the dialog open with the server's words).
+    const editor = el("textarea", { class: "edit-input", "aria-label": "Input to run with", rows: 4, hidden: true });
+    const editing = () => !editor.hidden;
     const send = (decision) => {
       const body = { decision };
       if (decision === "reject" && message.value.trim()) body.message = message.value.trim();
-      const words = decision !== "reject" ? `allowed (${decision})` : body.message ? "rejected, with a message for the model" : "rejected";
+      if (decision !== "reject" && editing()) {
+        try {
+          body.input = JSON.parse(editor.value);
+        } catch (error) {
+          const entry = this.open.get(request.id);
+          if (entry) entry.error.textContent = `The edited input is not JSON: ${error.message}`;
+          return;
+        }
+      }
+      const how = body.input ? ", with the edited input" : "";
+      const words = decision !== "reject" ? `allowed (${decision})${how}` : body.message ? "rejected, with a message for the model" : "rejected";
       this.reply(request.id, () => api("POST", path.reply(request.session_id, request.id), body), words);
+    };
+    const edit = el("button", { type: "button" }, "Edit");
+    edit.onclick = () => {
+      editor.hidden = false;
+      editor.value = JSON.stringify(this.callInput(request.call_id) ?? {}, null, 2);
+      edit.disabled = true;
+      editor.focus();
     };
     this.show(request.id, restored, {
       kind: "permission",
@@ -63,10 +86,11 @@ export class Dialogs {
       what: `permission for ${what}`,
       title: `Permission: ${request.action}`,
       body: [el("p", {}, `${request.action} wants to run `, el("code", {}, request.resource))],
-      fields: [el("label", { class: "optional" }, "Message (optional)", message)],
+      fields: [editor, el("label", { class: "optional" }, "Message (optional)", message)],
       buttons: [
         el("button", { type: "button", onclick: () => send("once") }, "Allow once"),
         el("button", { type: "button", onclick: () => send("always") }, "Always allow"),
+        edit,
         el("button", { type: "button", class: "danger", onclick: () => send("reject") }, "Reject"),
       ],
     });

@@ -23,6 +23,7 @@ export function reasonWords(reason) {
   if (reason.type === "declined") details.push(`${reason.via}, call ${reason.call_id}`);
   if (reason.type === "timeout") details.push(`${reason.scope} deadline, ${reason.after} s`);
   if (reason.type === "error" && reason.message) details.push(reason.message);
+  if (reason.type === "interrupt" && reason.soft) details.push("after its step");
   if (reason.type === "interrupt" && reason.by) details.push(`by ${reason.by}`);
   if (reason.parent) details.push(`from the parent session ${reason.parent.session_id}`);
   return details.length ? `${reason.type} (${details.join("; ")})` : reason.type;

@@ -132,7 +132,7 @@ export class History {
       node.dataset.callId = callId;
       if (typeof input?.code === "string") details.append(el("details", {}, el("summary", {}, "code"), el("pre", {}, input.code)));
       where.append(node);
-      this.calls.set(callId, { name, node, state, details, nested, logs: null, output: null });
+      this.calls.set(callId, { name, input, node, state, details, nested, logs: null, output: null });
     }
     return this.calls.get(callId);
   }
@@ -208,7 +208,7 @@ export class History {
 
   waitSettled(event) {
     const words = {
-      "permission.replied": () => `permission ${event.decision}`,
+      "permission.replied": () => `permission ${event.decision}${event.input ? ", with an edited input" : ""}`,
       "permission.revoked": () => `permission revoked: ${event.reason.type}`,
       "form.submitted": () => "answered",
       "form.cancelled": () => "question dismissed",
@@ -241,6 +241,17 @@ export class History {
     (call ? call.details : this.root).append(el("p", {}, link));
   }
 
+  // The input the model asked a call of this session with (undefined when it is not shown here).
+  callInput(callId) {
+    return this.calls.get(callId)?.input;
+  }
+
+  // A steer the turn received at a step boundary: the person's words, before the step that read them.
+  turnSteered(event) {
+    const node = el("p", { class: "prompt steer" }, el("span", { class: "who" }, "You, steering"), " ", event.text);
+    this.turn(event.turn_id).steps.append(node);
+  }
+
   // The title of a sub-agent session (of any depth) under this one, or null.
   childTitle(sessionId) {
     return this.children.get(sessionId) ?? null;
@@ -253,6 +264,7 @@ export class History {
 
 const HANDLERS = {
   "session.turn.started": "turnStarted",
+  "session.turn.steered": "turnSteered",
   "session.step.started": "stepStarted",
   "session.step.succeeded": "stepSucceeded",
   "session.step.failed": "stepFailed",
