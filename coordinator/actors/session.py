@@ -204,8 +204,9 @@ async def _execute(
     """Drive the turn; returns its stop reason, or None when it succeeded."""
     if takeover is not None:
         # A stop decided before the crash (or max_resumes reached): settle as that stop, never resume.
-        recovered = await stops.recovered(scope, turn, runtime.config.server.max_resumes)
+        recovered = stops.recovered(turn, runtime.config.server.max_resumes)
         if recovered is not None:
+            await stops.commit_found_soft_stop(scope, turn)
             return recovered
     try:
         with scope.handle.scope:

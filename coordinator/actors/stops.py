@@ -210,21 +210,27 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
     return reason
 
 
-async def recovered(turn: TurnScope, row: TurnRow, max_resumes: int) -> StopReason | None:
+def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:
     """The stop a turn found unfinished at a start settles with instead of resuming, if any: one
-    decided before the crash or shutdown, or ``max_resumes`` reached.
-
-    A soft stop recorded before is due now (its boundary is the resume): its intent is committed
-    here, as at any boundary, so the turn is never resumed.
-
-    **Raises:** ``Fenced``, ``StoreError`` (the soft stop's intent could not be committed).
-    """
+    decided before the crash or shutdown (a soft stop included: ``commit_found_soft_stop``), or
+    ``max_resumes`` reached."""
     if row.status == TurnStatus.STOPPING:
         assert row.stop_reason is not None
         return row.stop_reason
     if row.soft_stop is not None:
-        decided = functools.partial(decide_in, turn_id=row.id, reason=row.soft_stop, live=None)
-        return await turn.journal.write(decided) or row.soft_stop
+        return row.soft_stop  # resumed never: its boundary is now
     if row.resumes >= max_resumes:
         return Failure.resumes_exhausted(row.resumes)
     return None
+
+
+async def commit_found_soft_stop(turn: TurnScope, row: TurnRow) -> None:
+    """A soft stop found at a takeover is due now (its boundary is the resume): its intent is
+    committed, as at any boundary, before the turn settles as that stop. Nothing for any other row.
+
+    **Raises:** ``Fenced``, ``StoreError``.
+    """
+    if row.status != TurnStatus.STOPPING and row.soft_stop is not None:
+        await turn.journal.write(
+            functools.partial(decide_in, turn_id=row.id, reason=row.soft_stop, live=None)
+        )

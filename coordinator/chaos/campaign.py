@@ -111,7 +111,9 @@ def execute_run(
         schedule=schedule,
         thinking=not world.processes,
         patience=world.patience,
-        kinds=FAULT_KINDS if world.scenario is None else SCENARIO_FAULT_KINDS,
+        # A person's inputs only in the campaign's own worlds: a user's campaign keeps the faults its
+        # plugins and scenarios were written against (a steer would add turns they do not expect).
+        kinds=FAULT_KINDS if setup is None else SCENARIO_FAULT_KINDS,
     )
     model = ChaosModel(default=world.default_script, by_title=world.sub_scripts, db=db)
     clock = MockClock(rate=1.0) if world.processes else MockClock(autojump_threshold=0)

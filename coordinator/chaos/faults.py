@@ -26,7 +26,7 @@ FAULT_KINDS = (
     "soft_stop",  # the user stops the turn after its running step (and may cancel the queue with it)
 )
 # What a person sends into a running turn: drawn only in the campaign's own worlds (a user's
-# scenario counts its own turns, and a steer of ours would add one it does not know).
+# campaign counts its own turns, and a steer of ours would add one it does not know).
 INPUTS = frozenset({"steer", "queue", "soft_stop"})
 SCENARIO_FAULT_KINDS = tuple(kind for kind in FAULT_KINDS if kind not in INPUTS)
 

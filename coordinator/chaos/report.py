@@ -10,7 +10,7 @@ from typing import TextIO
 import attrs
 
 from coordinator.chaos.campaign import RunResult, replay_command
-from coordinator.chaos.faults import FAULT_KINDS, Injection, format_schedule
+from coordinator.chaos.faults import FAULT_KINDS, SCENARIO_FAULT_KINDS, Injection, format_schedule
 from coordinator.chaos.known import explain
 from coordinator.checkpoints import KINDS
 
@@ -67,19 +67,26 @@ def checkpoint_rows(results: Iterable[RunResult]) -> tuple[str, ...]:
     return (*KINDS, *plugins)
 
 
-def missing_cells(table: Counter[tuple[str, str]], rows: tuple[str, ...] = KINDS) -> list[str]:
-    return [f"{kind}@{point}" for point in rows for kind in FAULT_KINDS if not table[(kind, point)]]
+def missing_cells(
+    table: Counter[tuple[str, str]], rows: tuple[str, ...] = KINDS, kinds: tuple[str, ...] = FAULT_KINDS
+) -> list[str]:
+    return [f"{kind}@{point}" for point in rows for kind in kinds if not table[(kind, point)]]
 
 
-def print_table(table: Counter[tuple[str, str]], out: TextIO, rows: tuple[str, ...] = KINDS) -> None:
+def print_table(
+    table: Counter[tuple[str, str]],
+    out: TextIO,
+    rows: tuple[str, ...] = KINDS,
+    kinds: tuple[str, ...] = FAULT_KINDS,
+) -> None:
     width = max(len(k) for k in rows)
-    heads = [k.replace("_", " ") for k in FAULT_KINDS]
+    heads = [k.replace("_", " ") for k in kinds]
     out.write(f"{'checkpoint':<{width}}  " + "  ".join(f"{h:>{max(len(h), 5)}}" for h in heads) + "  total\n")
     for point in rows:
-        cells = [table[(kind, point)] for kind in FAULT_KINDS]
+        cells = [table[(kind, point)] for kind in kinds]
         row = "  ".join(f"{c:>{max(len(h), 5)}}" for c, h in zip(cells, heads, strict=True))
         out.write(f"{point:<{width}}  {row}  {sum(cells):>5}\n")
-    totals = [sum(table[(kind, p)] for p in rows) for kind in FAULT_KINDS]
+    totals = [sum(table[(kind, p)] for p in rows) for kind in kinds]
     row = "  ".join(f"{c:>{max(len(h), 5)}}" for c, h in zip(totals, heads, strict=True))
     out.write(f"{'total':<{width}}  {row}  {sum(totals):>5}\n")
 
@@ -89,17 +96,19 @@ def print_summary(
 ) -> None:
     table = fault_table(results)
     rows = checkpoint_rows(results)
+    # A user's campaign draws no inputs into running turns (``faults.INPUTS``): no columns for them.
+    user = any(result.setup is not None for result in results)
+    kinds = SCENARIO_FAULT_KINDS if user else FAULT_KINDS
     rate = len(results) / max(seconds, 1e-9)
     seed = results[0].seed if results else 0
     out.write(f"\n{len(results)} runs of seed {seed} in {seconds:.1f}s ({rate:.1f} runs/s, {jobs} job(s))\n")
     out.write("faults that took effect, by the checkpoint where they were injected:\n")
-    print_table(table, out, rows)
-    missing = missing_cells(table, rows)
+    print_table(table, out, rows, kinds)
+    missing = missing_cells(table, rows, kinds)
     # A user's campaign is a few runs: the count says how far it got; the list is for ours.
-    user = any(result.setup is not None for result in results)
     listed = "more runs reach more of them" if user else ", ".join(missing)
     if missing:
-        out.write(f"not injected ({len(missing)} of {len(rows) * len(FAULT_KINDS)}): {listed}\n")
+        out.write(f"not injected ({len(missing)} of {len(rows) * len(kinds)}): {listed}\n")
     else:
         out.write("every fault kind took effect at every checkpoint kind\n")
     with_subs = [r for r in results if "sub-agent" in r.world]

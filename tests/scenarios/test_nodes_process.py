@@ -460,6 +460,52 @@ async def test_replies_and_interrupts_sent_to_other_nodes_are_applied_by_the_nod
             await c.assert_same_streams()
 
 
+async def test_steers_the_queue_and_a_soft_stop_sent_to_other_nodes_reach_the_node_running_the_turn(
+    tmp_path: Path,
+) -> None:
+    """A steer through B for the turn A runs is delivered by A at its next step boundary, once; a
+    prompt queued through C is listed and cancelled through B; a soft stop through C lets A's step
+    finish and stops the turn before its next model request. Nothing travels between the nodes but
+    the store."""
+    runs = tmp_path / "runs.log"
+    with trio.fail_after(TEST_SECONDS):
+        async with cluster(tmp_path, three_echoes(runs)) as c:
+            session_id = await c.start_turn(c.nodes["node-a"], "permission.asked")
+            owner = c.owner(session_id)
+            b, other = c.others(owner)
+            first = (await owner.log.wait_for("permission.asked", session_id))["request"]
+            [started] = [e for e in c.stored(session_id) if e["type"] == "session.turn.started"]
+            turn_id = started["turn_id"]
+
+            steered = await b.client.steer(session_id, "steer via b", expected_turn_id=turn_id)
+            assert steered.turn_id == turn_id
+            with pytest.raises(errors.TurnMismatch):
+                await other.client.steer(session_id, "x", expected_turn_id="turn_elsewhere")
+            queued = await other.client.prompt(session_id, "queued via c")
+            assert [q.turn_id for q in await b.client.queued_turns(session_id)] == [queued]
+            await b.client.cancel_turn(session_id, queued)
+            await b.client.reply_permission(session_id, first["id"], "once")
+
+            second = (await owner.log.wait_for("permission.asked", session_id, count=2))["request"]
+            steers = [e for e in c.stored(session_id) if e["type"] == "session.turn.steered"]
+            assert [(e["turn_id"], e["steer_id"]) for e in steers] == [(turn_id, steered.steer_id)]
+            assert c.mock.requests[-1]["messages"][-1] == {"role": "user", "content": "steer via b"}
+
+            assert await other.client.interrupt(session_id, when="after_step") is True
+            await b.client.reply_permission(session_id, second["id"], "once")
+            idle = await owner.log.wait_for("session.idle", session_id)
+            assert idle["outcome"] == "interrupted"
+            [stopped] = [e for e in c.stored(session_id) if e["type"] == "session.execution.interrupted"]
+            assert stopped["reason"] == {"type": "interrupt", "by": "api", "soft": True}
+            assert lines_of(runs) == ["one", "two"]  # the second call ran; no third request
+            assert len(c.mock.requests) == 2
+            assert await settler(c, session_id) == owner.id
+            assert "session.turn.started" not in [
+                e["type"] for e in c.stored(session_id) if e.get("turn_id") == queued
+            ]
+            await c.assert_same_streams()
+
+
 SESSIONS = 6
 
 

@@ -98,7 +98,7 @@ def test_a_tool_error_at_a_declared_checkpoint_is_raised_in_the_tool(tmp_path: P
     with scratch_root() as scratch, adopting_orphans():
         run = execute_run(5, 0, root=Path(scratch), schedule=schedule, setup=setup)
     failed = [e.payload["error"] for e in run.view.events if e.type == "session.tool.failed"]
-    assert {"type": "error", "message": "RuntimeError: chaos: the tool raised"} in failed
+    assert {"type": "error", "message": "RuntimeError: chaos: the tool raised", "started": True} in failed
     assert run.record.violations == [] and run.leftovers == ()
 
 
