@@ -13,6 +13,7 @@ from coordinator.actors.context import Runtime
 from coordinator.bus import Subscription
 from coordinator.config import Config
 from coordinator.logs import get_logger
+from coordinator.metrics import Metrics
 from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 from coordinator.registry import Registry
 from coordinator.store import Reader, Store
@@ -48,6 +49,11 @@ class Coordinator:
         """This coordinator's own Prometheus registry, its ``coordinator_*`` series only
         (``design/operations.md``): an embedder registers it in the registry its exposition serves."""
         return self._runtime.metrics.registry
+
+    @property
+    def metrics(self) -> Metrics:
+        """This coordinator's series, for the server that counts its requests in them."""
+        return self._runtime.metrics
 
     def metrics_text(self) -> str:
         """This coordinator's series and the process's (``process_*``) in the Prometheus text format,

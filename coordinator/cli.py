@@ -9,6 +9,7 @@ failure is one line on stderr saying what is wrong and where.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.metadata
 import importlib.resources
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -25,7 +27,7 @@ from typing import Any, NoReturn
 import httpx
 import trio
 
-from coordinator import remote
+from coordinator import event_lines, remote
 from coordinator.config import Config, apply_env, config_from
 from coordinator.errors import ClientError, ConfigError, StoreError
 from coordinator.log_output import configure_logging
@@ -52,14 +54,15 @@ DESCRIPTION = """\
 Runs agent sessions (turns, model steps, tool calls, permission waits) with typed stop reasons.
 
 a first look:
-  coordinator demo                          four short stories, printed as their event streams
+  coordinator demo                          six short stories, printed as their event streams
   coordinator init                          write coordinator.example.toml (a commented config)
   coordinator serve --config coordinator.example.toml
 then, in another terminal:
-  coordinator sessions                      the sessions of the running server
-  coordinator prompt SID "run: echo hi"     start a turn; shell asks permission with that config
-  coordinator events --session SID          what happened, one JSON object a line
-  coordinator reply SID RID once            let the shell call run (RID: the request's id)
+  S=$(coordinator session new)              a new session's id
+  coordinator prompt $S "run: echo hi"      start a turn; shell asks permission with that config
+  coordinator pending                       what waits for an answer (permission requests, forms)
+  coordinator reply $S RID once             let the shell call run (RID: the request's id)
+  coordinator events --session $S --pretty  what happened, one readable line an event
 
 `coordinator COMMAND --help` says more about each."""
 
@@ -76,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--config", metavar="FILE", help="a TOML config file (`coordinator init` writes an example)"
     )
-    serve.add_argument("--db", metavar="PATH", help="the SQLite database; overrides [server] db")
+    serve.add_argument(
+        "--db",
+        metavar="PATH|URL",
+        help="a SQLite file's path (made with its folder) or a postgresql:// URL; overrides [server] db",
+    )
     serve.add_argument("--host", metavar="H", help="the address to listen on; overrides [server] host")
     serve.add_argument(
         "--port", metavar="P", type=int, help="the port (0: any free one); overrides [server] port"
@@ -195,6 +202,10 @@ def _serve(args: argparse.Namespace) -> int:
                 "set [server] token (or COORDINATOR_TOKEN), or pass --insecure"
             )
         log.warning("serving_without_token", host=host)
+    taken = _port_taken(host, config.server.port)
+    if taken is not None:
+        _complain(taken)
+        return EXIT_USAGE
     try:
         _run_trio(_serve_until_signal, config)
     except KeyboardInterrupt:  # SIGINT before the signal receiver was installed: still a clean stop
@@ -209,6 +220,30 @@ def _serve(args: argparse.Namespace) -> int:
         _complain(f"{config.server.db}: {exc}")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """The line saying ``host:port`` is in use, found before anything starts (so that it is all a
+    person sees), or None. Any other failure to listen, and a race with another program taking the
+    port later, are reported by the server's own bind."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return (
+                        f"port {port} on {host} is already in use (another server?); pick another with --port"
+                    )
+                return None
+    return None
 
 
 async def _serve_until_signal(config: Config) -> None:
@@ -298,9 +333,9 @@ async def _print_events(
     from coordinator.client import CoordinatorClient
 
     async with CoordinatorClient(url, token) as client:
-        stream = client.events(
-            after=args.after, session_id=session_id, follow=args.follow, deltas=args.deltas
-        )
+        after = await client.last_seq(session_id) if args.from_now else args.after
+        stream = client.events(after=after, session_id=session_id, follow=args.follow, deltas=args.deltas)
+        printer = event_lines.Printer(out=sys.stdout, colour=sys.stdout.isatty()) if args.pretty else None
         # Cancelled, not broken out of, at --until: the stream's connection closes at once (client.events).
         with trio.CancelScope() as found:
             async for event in stream:
@@ -308,7 +343,10 @@ async def _print_events(
                 # the cancellation lands a few events late: those are not printed.
                 if found.cancel_called:
                     continue
-                print(json.dumps(event, ensure_ascii=False), flush=True)
+                if printer is None:
+                    print(json.dumps(event, ensure_ascii=False), flush=True)
+                else:
+                    printer.event(event_lines.from_wire(event))
                 if event.get("type") == args.until:
                     found.cancel()
 

@@ -29,6 +29,9 @@ log = get_logger(__name__)
 STREAM_READ_TIMEOUT = 45.0
 """Silence after which a followed stream counts as dropped: three missed keep-alive comments."""
 
+MAX_SEQ = 2**63 - 1
+"""The largest seq a request may name (``after``)."""
+
 RECONNECT_FIRST = 0.1
 RECONNECT_MAX = 2.0
 
@@ -200,6 +203,17 @@ class CoordinatorClient:
         params = {"message": message} if message else None
         data = await self._call("DELETE", _session_path(session_id, "form", form_id), params=params)
         return wire.structure(data, Form)  # type: ignore[no-any-return]
+
+    async def last_seq(self, session_id: str | None = None) -> int:
+        """The seq of the last event the server has published: where its live stream is now (follow
+        from it to see only what comes next). Read off an event stream that sends nothing."""
+        path = "/api/event" if session_id is None else _session_path(session_id, "event")
+        params = {"after": str(MAX_SEQ), "follow": "false"}
+        async with self._client().stream("GET", path, params=params) as response:
+            if not response.is_success:
+                await response.aread()
+                raise error_from_response(response)
+            return int(response.headers["coordinator-last-seq"])
 
     async def events(
         self, after: int = 0, session_id: str | None = None, follow: bool = True, *, deltas: bool = False

@@ -213,6 +213,8 @@ def config_from(value: str | Path | Config | None, **overrides: Any) -> Config:
         if isinstance(given, os.PathLike):
             given = os.fspath(given)
         checked[key] = _check_value(given, hints[key], _BOUNDS.get((ServerConfig, key)), f"[server].{key}")
+        if key == "db":
+            check_db(checked[key], "[server].db")
     return config.with_overrides(**checked)
 
 
@@ -299,6 +301,8 @@ def _build(value: Any, cls: type[Any], where: str) -> Any:
         if key not in fields:
             raise ConfigError(f"unknown key (expected one of {', '.join(fields)})", f"{where}.{key}")
         values[key] = _check_value(item, hints[key], _BOUNDS.get((cls, key)), f"{where}.{key}")
+        if (cls, key) == (ServerConfig, "db"):
+            check_db(values[key], f"{where}.{key}")
     for name, field in fields.items():
         if field.default is attrs.NOTHING and name not in values:
             raise ConfigError("missing required key", f"{where}.{name}")
@@ -330,6 +334,27 @@ def _check_value(value: Any, hint: Any, bound: _Bound | None, where: str) -> Any
         range_words = f" {bound.words}" if bound is not None else ""
         raise ConfigError(f"expected {noun}{range_words}, got {_describe(value)}", where)
     return value if hint is int else float(value)
+
+
+# A URL's scheme as RFC 3986 spells it, of two letters or more (``C:`` is a Windows drive, not one).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+_DB_SCHEMES = ("postgresql://", "postgres://", "sqlite://")
+DB_ACCEPTED = (
+    "a filesystem path (a SQLite file, made with its folder) or a postgresql:// (or postgres://) URL"
+)
+
+
+def check_db(value: str, where: str) -> None:
+    """**Raises:** ``ConfigError`` naming ``value`` when it is neither a path nor a database URL the
+    coordinator opens: another scheme (``mysql://``, ``postgresql+psycopg://``), or ``postgresql:``
+    without ``//`` (a typo that would otherwise be a folder named ``postgresql:``)."""
+    if not value.strip():
+        raise ConfigError(f"expected {DB_ACCEPTED}, got an empty string", where)
+    scheme = _SCHEME.match(value)
+    if scheme is not None and not value.startswith(_DB_SCHEMES):
+        raise ConfigError(
+            f"{value!r} is not a path nor a database URL it opens; expected {DB_ACCEPTED}", where
+        )
 
 
 def _check_words(value: Any, where: str) -> tuple[str, ...]:

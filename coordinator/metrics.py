@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from coordinator.reasons import REASON_CLASSES, StopReason
+from coordinator.records import Usage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The text format ``generate_latest`` writes, which every Prometheus version reads."""
@@ -37,6 +38,8 @@ WAIT_KINDS = ("permission", "question")
 # A stop is a cancellation plus shielded cleanup: milliseconds, up to a process group's kill grace.
 STOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A commit runs on the trio thread without an fsync: tens of microseconds, a few ms when it is big.
+HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+"""Seconds to an HTTP answer's start: a read answers in about a millisecond, a decision after its commit."""
 COMMIT_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 # One fsync of the WAL: from a fraction of a millisecond (NVMe) to tens (a network disk).
 SYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -129,6 +132,35 @@ class Metrics:
             buckets=SYNC_BUCKETS,
             registry=self.registry,
         )
+        tokens = Counter(
+            "coordinator_model_tokens",
+            "Tokens the model endpoint reported, by direction: input (the prompt, history included) and "
+            "output (what it wrote), summed over every model request of every turn.",
+            ["direction"],
+            registry=self.registry,
+        )
+        self._tokens = {direction: tokens.labels(direction) for direction in ("input", "output")}
+        self._tool_calls = Counter(
+            "coordinator_tool_calls",
+            "Tool calls settled by this coordinator, by tool and outcome: succeeded, or the error's type "
+            "(interrupted, declined, timeout, error, denied).",
+            ["tool", "outcome"],
+            registry=self.registry,
+        )
+        self._http_requests = Counter(
+            "coordinator_http_requests",
+            "HTTP requests answered, by route (its path template; unmatched for none) and status code, "
+            "counted when the answer starts (an event stream when it opens).",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self._http_seconds = Histogram(
+            "coordinator_http_request_seconds",
+            "Seconds from a request's arrival to the start of its answer, by route.",
+            ["route"],
+            buckets=HTTP_BUCKETS,
+            registry=self.registry,
+        )
         self._live = _LiveGauges()
         self.registry.register(self._live)
         # What GET /metrics serves: these series, and the process's own. The process collector stays
@@ -161,6 +193,20 @@ class Metrics:
         self._turns[SUSPENDED if reason.resumable else str(reason.outcome)].inc()
         self._stops[reason.type].inc()
         self._stop_seconds.observe(time.perf_counter() - decided_at)
+
+    def model_used(self, usage: Usage | None) -> None:
+        """Count the tokens of one model reply (a reply the endpoint reported no usage for counts none)."""
+        if usage is not None:
+            self._tokens["input"].inc(usage.input_tokens)
+            self._tokens["output"].inc(usage.output_tokens)
+
+    def tool_call_settled(self, tool: str, outcome: str) -> None:
+        """Count a settled call: ``outcome`` is succeeded or its error's type."""
+        self._tool_calls.labels(tool, outcome).inc()
+
+    def http_answered(self, route: str, status: int, seconds: float) -> None:
+        self._http_requests.labels(route, str(status)).inc()
+        self._http_seconds.labels(route).observe(seconds)
 
     def commit_took(self, seconds: float) -> None:
         self._commit_seconds.observe(seconds)

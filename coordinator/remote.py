@@ -1,5 +1,5 @@
-"""The CLI commands that talk to a running server: sessions, prompt, queue, cancel, reply,
-interrupt, resume and events.
+"""The CLI commands that talk to a running server: sessions, session new, pending, answer, prompt,
+queue, cancel, reply, interrupt, resume and events.
 
 Each finds the server at ``--url``, by default the ``[server]`` host and port of ``--config`` (or of
 ``coordinator.toml`` in the current folder when there is one, else 127.0.0.1:4096), and sends the
@@ -24,7 +24,7 @@ from coordinator import wire
 from coordinator.client import CoordinatorClient
 from coordinator.config import Config, apply_env, load_config
 from coordinator.errors import ClientError
-from coordinator.records import Session
+from coordinator.records import Form, Session
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -65,6 +65,42 @@ def add_commands(commands: Any) -> None:
     sessions.add_argument("--json", action="store_true", help="one JSON object a line instead")
     sessions.set_defaults(run=run_sessions)
 
+    session = commands.add_parser(
+        "session",
+        help="make a session: `coordinator session new [--title T]` prints its id",
+        description="`new` creates an idle session and prints its id alone on a line (for S=$(...)).",
+    )
+    session_actions = session.add_subparsers(dest="session_action", metavar="ACTION", required=True)
+    new = session_actions.add_parser("new", help="create a session; prints its id")
+    add_server_options(new)
+    new.add_argument("--title", metavar="T", default="", help="its title (default none)")
+    new.set_defaults(run=run_session_new)
+
+    pending = commands.add_parser(
+        "pending",
+        help="list what waits for an answer: permission requests and question forms",
+        description=(
+            "One line each, tab-separated: permission|form, its id, the session's id, what it asks. "
+            "Answer a request with `coordinator reply`, a form with `coordinator answer`."
+        ),
+    )
+    add_server_options(pending)
+    pending.add_argument(
+        "session_id", metavar="SID", nargs="?", help="only this session's (and its sub-agents')"
+    )
+    pending.set_defaults(run=run_pending)
+
+    answer = commands.add_parser(
+        "answer",
+        help="answer a question form: coordinator answer SID FID q1=yes q2='some text'",
+        description="Every question of the form, by its id (as `coordinator pending` shows them); prints the form.",
+    )
+    add_server_options(answer)
+    answer.add_argument("session_id", metavar="SID", help="the session (ses_...)")
+    answer.add_argument("form_id", metavar="FID", help="the form (frm_...)")
+    answer.add_argument("answers", metavar="KEY=VALUE", nargs="+", help="a question's id and its answer")
+    answer.set_defaults(run=run_answer)
+
     prompt = commands.add_parser(
         "prompt",
         help="send a prompt to a session; prints its turn's id",
@@ -78,7 +114,9 @@ def add_commands(commands: Any) -> None:
     add_server_options(prompt)
     prompt.add_argument("session_id", metavar="SID", help="the session (ses_...)")
     prompt.add_argument(
-        "text", metavar="TEXT", help='the prompt; the demo model runs shell for "run: COMMAND"'
+        "text",
+        metavar="TEXT",
+        help='the prompt, or - to read it from standard input; the demo model runs shell for "run: COMMAND"',
     )
     how = prompt.add_mutually_exclusive_group()
     how.add_argument("--steer", action="store_true", help="send the text into the running turn")
@@ -157,7 +195,18 @@ def add_event_options(events: argparse.ArgumentParser) -> None:
     """The options of ``coordinator events``."""
     add_server_options(events)
     events.add_argument("--session", metavar="SID", help="only this session's events")
-    events.add_argument("--after", metavar="SEQ", type=int, default=0, help="start after this seq")
+    start = events.add_mutually_exclusive_group()
+    start.add_argument("--after", metavar="SEQ", type=int, default=0, help="start after this seq")
+    start.add_argument(
+        "--from-now",
+        action="store_true",
+        help="start at the live end: only events from now on (with --follow)",
+    )
+    events.add_argument(
+        "--pretty",
+        action="store_true",
+        help="one readable line an event (as `coordinator demo` prints), not JSON",
+    )
     events.add_argument("--follow", action="store_true", help="keep streaming live events, reconnecting")
     events.add_argument(
         "--deltas", action="store_true", help="also print the model's text as it streams (session.text.delta)"
@@ -231,7 +280,73 @@ def run_sessions(args: argparse.Namespace) -> int:
     return _call(args, action)
 
 
+def run_session_new(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        print((await client.create_session(title=args.title)).id, flush=True)
+
+    return _call(args, action)
+
+
+def run_pending(args: argparse.Namespace) -> int:
+    async def action(client: CoordinatorClient) -> None:
+        permissions = await client.pending_permissions(args.session_id)
+        forms = await _pending_forms(client, args.session_id)
+        for request in permissions:
+            asks = f"{request.action}: {request.resource}"
+            print("\t".join(["permission", request.id, request.session_id, _one_line(asks)]), flush=True)
+        for form in forms:
+            asks = " / ".join(question.prompt for question in form.questions)
+            print("\t".join(["form", form.id, form.session_id, _one_line(asks)]), flush=True)
+
+    return _call(args, action)
+
+
+async def _pending_forms(client: CoordinatorClient, session_id: str | None) -> list[Form]:
+    """The pending forms of one session (its sub-agents' included), or of every session that has a
+    turn (a form waits only in a running or suspended turn), each once."""
+    if session_id is not None:
+        return await client.pending_forms(session_id)
+    found: dict[str, Form] = {}
+    before = None
+    while True:
+        page = await client.list_sessions(limit=SESSION_PAGE, before=before)
+        for session in page:
+            if session.status != "idle":
+                for form in await client.pending_forms(session.id):
+                    found.setdefault(form.id, form)
+        if len(page) < SESSION_PAGE:
+            return sorted(found.values(), key=lambda form: form.created_at)
+        before = page[-1].id
+
+
+SESSION_PAGE = 1000
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run_answer(args: argparse.Namespace) -> int:
+    answers = {}
+    for pair in args.answers:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            complain(f"answer: expected KEY=VALUE (a question's id, =, its answer), got {pair!r}")
+            return EXIT_USAGE
+        answers[key] = value
+
+    async def action(client: CoordinatorClient) -> None:
+        form = await client.submit_form(args.session_id, args.form_id, answers)
+        _print_json(wire.unstructure(form))
+
+    return _call(args, action)
+
+
 def run_prompt(args: argparse.Namespace) -> int:
+    if args.text == "-":
+        # One trailing newline is the shell's (`echo ... |`), not the person's.
+        args.text = sys.stdin.read().removesuffix("\n")
+
     async def action(client: CoordinatorClient) -> None:
         if args.steer:
             steered = await client.steer(args.session_id, args.text, expected_turn_id=args.expect)

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.server",
             "coordinator.client",
             "coordinator.log_output",
+            "coordinator.event_lines",
         ),
     ),
     (

@@ -89,6 +89,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
                 reply = await _ask_model(turn, index, text, history)
                 span.add_usage(reply.usage)
                 turn.span.add_usage(reply.usage)
+                turn.runtime.metrics.model_used(reply.usage)
                 if not reply.tool_calls:
                     await _answer(turn, step_id, reply, text)
                     span.succeeded()

@@ -121,6 +121,7 @@ async def run(
             # A failure that came with the turn's stop (the tool raised as it was cancelled) is the
             # stop's, on the span as in the wait and step spans around it.
             span.failed(error.type, error.message, stopped_for=stopped_for)
+            turn.runtime.metrics.tool_call_settled(call.name, error.type)
             return CallResult(call_id=call.call_id, status=CallStatus.FAILED, error=error)
         except BaseException:
             with trio.move_on_after(SETTLE_SECONDS, shield=True):
@@ -129,6 +130,7 @@ async def run(
         with trio.move_on_after(SETTLE_SECONDS, shield=True):
             await _settle_succeeded(turn, call, output, last=siblings is not None and siblings.running == 1)
         span.succeeded()
+        turn.runtime.metrics.tool_call_settled(call.name, CallStatus.SUCCEEDED)
         return CallResult(call_id=call.call_id, status=CallStatus.SUCCEEDED, output=output)
     raise AssertionError("a tool call's own scope is never stopped alone")
 
@@ -350,6 +352,7 @@ async def _settle_stopped(
         type=reason.tool_error_type(call.call_id), message=reason.describe(), started=progress.started
     )
     await _settle_failed(turn, call, error, _partial(context, capabilities), stopped_for=reason)
+    turn.runtime.metrics.tool_call_settled(call.name, error.type)
 
 
 async def _kept_for_restore(turn: TurnScope, call: ToolCallRow, reason: StopReason) -> bool:

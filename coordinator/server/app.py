@@ -33,6 +33,7 @@ from coordinator.server.bodies import (
 )
 from coordinator.server.edge import Edge, EdgePolicy
 from coordinator.server.errors import ErrorBoundary, handle_client_error, handle_http_error
+from coordinator.server.observed import RequestMetrics
 from coordinator.server.openapi import Operation, Parameter, openapi_document
 
 
@@ -50,6 +51,7 @@ def build_app(
     app = Starlette(
         routes=[*routes_of(OPERATIONS), *page.ROUTES],
         middleware=[
+            Middleware(RequestMetrics, metrics=coordinator.metrics),
             Middleware(ErrorBoundary),
             Middleware(Edge, policy=policy),
             Middleware(BearerAuth, token=server.token),
@@ -87,6 +89,8 @@ def _dispatcher(methods: dict[str, Operation]) -> Any:
         method = "GET" if request.method == "HEAD" else request.method
         return await methods[method].endpoint(request)
 
+    # The route's label in the request metrics (``observed.route_of``).
+    dispatch.route_path = next(iter(methods.values())).path  # type: ignore[attr-defined]
     return dispatch
 
 
@@ -332,6 +336,10 @@ _PAGE_PARAMETERS = (
     ),
 )
 _NEXT_PAGE = {"Link": '`<URL>; rel="next"`: the next page, when there is one'}
+_LIVE_END = {
+    "Coordinator-Last-Seq": "the seq of the last event published when the stream began: where the live "
+    "part starts (a stream with a larger `after` and `follow=false` reads it without any event)"
+}
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation(method="GET", path="/health", name="health", summary="The server is up",
@@ -405,8 +413,8 @@ OPERATIONS: tuple[Operation, ...] = (
                                     description="feedback for the model; the turn goes on"),),
               errors=(*_SESSION, errors.FormNotFound, errors.FormAlreadySettled)),
     Operation(method="GET", path="/api/event", name="events", summary="Every event, replayed then live",
-              endpoint=all_events, stream=True, parameters=_EVENT_PARAMETERS),
+              endpoint=all_events, stream=True, parameters=_EVENT_PARAMETERS, headers=_LIVE_END),
     Operation(method="GET", path="/api/session/{sid}/event", name="session_events",
               summary="One session's events, replayed then live", endpoint=session_events, stream=True,
-              parameters=_EVENT_PARAMETERS, errors=_SESSION),
+              parameters=_EVENT_PARAMETERS, headers=_LIVE_END, errors=_SESSION),
 )  # fmt: skip

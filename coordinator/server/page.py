@@ -83,3 +83,5 @@ ROUTES = (
     Route("/static/{name}", static_file, methods=["GET"], name="page_static"),
 )
 """The page's routes; they are not API operations, so the OpenAPI document leaves them out."""
+index.route_path = "/"  # type: ignore[attr-defined]  # labels in the request metrics
+static_file.route_path = "/static/{name}"  # type: ignore[attr-defined]

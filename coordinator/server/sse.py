@@ -51,6 +51,9 @@ SYNC_WAIT_SECONDS = 0.005
 MAX_SEQ = 2**63 - 1
 """The largest seq the store can hold (a signed 64-bit integer)."""
 
+LAST_SEQ_HEADER = b"coordinator-last-seq"
+"""A header of every event stream: the seq of the last event published when the stream began."""
+
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -109,7 +112,10 @@ class EventStream:
     descendants: bool = False  # with ``session_id``: its sub-agent sessions' events too
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        # Where the live end is as the stream begins: a client that wants only what comes next (``coordinator
+        # events --from-now``) reads it off a stream of nothing (``after`` past it, no follow).
+        last = (LAST_SEQ_HEADER, str(self.coordinator.published_seq).encode())
+        await send({"type": "http.response.start", "status": 200, "headers": [*_HEADERS, last]})
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
             if self.follow:

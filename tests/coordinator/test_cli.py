@@ -151,16 +151,40 @@ def test_bad_usage_exits_2_with_one_line(tmp_path: Path, args: tuple[str, ...], 
     assert result.stderr.startswith("coordinator: error: ") and fragment in result.stderr
 
 
-def test_a_taken_port_exits_1_with_one_line(tmp_path: Path) -> None:
-    """A port another program holds is a run-time failure, reported with the address."""
+def test_a_taken_port_exits_2_with_one_line_before_anything_else(tmp_path: Path) -> None:
+    """A port another program holds: one line naming it, exit 2, and nothing printed before it (no
+    log line of a coordinator that started for nothing)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
         result = run_cli(tmp_path, "serve", "--db", "db.sqlite", "--port", port)
-    assert result.returncode == 1
-    assert len(result.stderr.splitlines()) >= 1
-    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr.splitlines()[-1]
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"coordinator: error: port {port} on 127.0.0.1 is already in use (another server?); pick another with --port"
+    ]
+    assert not (tmp_path / "db.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    "db", ["mysql://u@h/d", "postgresql+psycopg://u@h/d", "postgresql:/typo", "sqlite:db", "http://x", " "]
+)
+def test_a_db_that_is_neither_a_path_nor_a_postgresql_url_exits_2_with_one_line(
+    tmp_path: Path, db: str
+) -> None:
+    """``--db`` and ``[server] db`` take a filesystem path or a postgresql:// (postgres://) URL: anything
+    else is one line naming the value and what is accepted, before anything starts."""
+    result = run_cli(tmp_path, "serve", "--db", db, "--port", "0")
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert "a filesystem path" in line and "postgresql://" in line
+    assert db.strip() == "" or repr(db) in line
+    (tmp_path / "c.toml").write_text(f'[server]\ndb = "{db}"\n')
+    from_file = run_cli(tmp_path, "serve", "--config", "c.toml", "--port", "0")
+    assert from_file.returncode == 2 and len(from_file.stderr.splitlines()) == 1
+    assert "[server].db" in from_file.stderr
+    assert not any(path.name.startswith(("postgresql", "mysql", "sqlite")) for path in tmp_path.iterdir())
 
 
 @pytest.mark.slow

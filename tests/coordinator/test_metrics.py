@@ -111,3 +111,27 @@ async def test_commits_and_syncs_are_timed_with_full_durability(tmp_path: Path) 
     assert commits >= 4  # the start's instance row, then a session each
     assert scraped["coordinator_store_commit_seconds_bucket"]["le=+Inf"] == commits
     assert 1 <= scraped["coordinator_store_sync_seconds_count"][""] <= commits
+
+
+async def test_tokens_and_tool_calls_are_counted_by_direction_tool_and_outcome(tmp_path: Path) -> None:
+    """The scripted model reports its usage: every reply's tokens are counted, and each settled call
+    by its tool and outcome (a declined call by its error's type)."""
+    config = make_config(tmp_path, rules=ASK_SHELL)
+    script = [SHELL_CALL, {"text": "done"}, SHELL_CALL, {"text": "done"}]
+    async with running(config, script) as (coord, recorder):
+        session = await coord.create_session("counted")
+        await coord.prompt(session.id, "go")
+        asked = await recorder.wait_for("permission.asked")
+        await coord.reply_permission(session.id, asked.payload["request"]["id"], "once")
+        await recorder.wait_for("session.idle")
+        await coord.prompt(session.id, "again")
+        asked = await recorder.wait_for("permission.asked", 2)
+        await coord.reply_permission(session.id, asked.payload["request"]["id"], "reject", "not now")
+        await recorder.wait_for("session.idle", 2)
+        usage = [e.payload["usage"] for e in recorder.of("session.step.succeeded") if "usage" in e.payload]
+        scraped = _scraped(coord)
+        tokens = scraped["coordinator_model_tokens_total"]
+        assert tokens["direction=input"] == sum(u["input_tokens"] for u in usage) > 0
+        assert tokens["direction=output"] == sum(u["output_tokens"] for u in usage) > 0
+        calls = scraped["coordinator_tool_calls_total"]
+        assert calls == {"outcome=succeeded,tool=shell": 1, "outcome=declined,tool=shell": 1}

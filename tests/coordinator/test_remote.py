@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.coordinator.test_cli import DEADLINE, run_cli, serving
+from tests.coordinator.test_cli import DEADLINE, cli_env, coordinator, run_cli, serving
 
 
 @pytest.mark.slow
@@ -122,3 +123,78 @@ def test_steering_the_queue_and_a_soft_stop_from_the_command_line(tmp_path: Path
         assert cli("queue", sid, "--json").returncode == 0
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=DEADLINE) == 0
+
+
+@pytest.mark.slow
+def test_a_person_drives_a_session_from_the_command_line_alone(tmp_path: Path) -> None:
+    """``session new``, ``prompt SID -``, ``pending``, ``answer``, ``reply``, ``events --pretty`` and
+    ``events --from-now``: the walk-through needs no curl and no Python."""
+    question = {"id": "q1", "prompt": "Go on?", "options": ["yes", "no"]}
+    script = [
+        {"tool_calls": [{"id": "call_q", "name": "question", "input": {"questions": [question]}}]},
+        {"tool_calls": [{"id": "call_sh", "name": "shell", "input": {"command": "echo hi"}}]},
+        {"text": "done"},
+    ]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    (tmp_path / "coordinator.toml").write_text(
+        '[model]\nprovider = "scripted"\nscript = "script.json"\n\n'
+        '[[permission]]\naction = "*"\nresource = "*"\neffect = "allow"\n\n'
+        '[[permission]]\naction = "shell"\nresource = "*"\neffect = "ask"\n'
+    )
+    with serving(tmp_path, "--config", str(tmp_path / "coordinator.toml")) as served:
+
+        def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            command = [*coordinator(*args), "--url", served.url]
+            return subprocess.run(
+                command,
+                cwd=tmp_path,
+                env=cli_env(),
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=DEADLINE,
+            )
+
+        created = cli("session", "new", "--title", "walk")
+        sid = created.stdout.strip()
+        assert created.returncode == 0 and created.stdout == f"{sid}\n" and sid.startswith("ses_")
+        turn_id = cli("prompt", sid, "-", stdin="go on\n").stdout.strip()
+        assert turn_id.startswith("turn_")
+        cli("events", "--session", sid, "--follow", "--until", "form.asked")
+        [form_line] = cli("pending").stdout.splitlines()
+        kind, form_id, form_session, asks = form_line.split("\t")
+        assert (kind, form_session, asks) == ("form", sid, "Go on?")
+        assert cli("pending", sid).stdout.splitlines() == [form_line]
+        bad = cli("answer", sid, form_id, "q1")
+        assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+        answered = cli("answer", sid, form_id, "q1=yes")
+        assert json.loads(answered.stdout)["answers"] == {"q1": "yes"}
+
+        cli("events", "--session", sid, "--follow", "--until", "permission.asked")
+        [permission_line] = cli("pending").stdout.splitlines()
+        kind, request_id, _, asks = permission_line.split("\t")
+        assert (kind, asks) == ("permission", "shell: echo hi")
+        assert cli("reply", sid, request_id, "once").returncode == 0
+        cli("events", "--session", sid, "--follow", "--until", "session.idle")
+        assert cli("pending").stdout == ""
+
+        pretty = cli("events", "--session", sid, "--pretty").stdout.splitlines()
+        assert pretty[1].split()[:3] == ["2", "session.turn.started", '"go']
+        assert pretty[-1].split()[1:] == ["session.idle", "outcome", "succeeded"]
+        assert all(not line.lstrip().startswith("{") for line in pretty)
+
+        # From now on: the replay is skipped; only the next turn's events come.
+        following = subprocess.Popen(
+            [*coordinator("events", "--session", sid, "--follow", "--from-now", "--until", "session.idle"),
+             "--url", served.url],
+            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            time.sleep(1.0)  # the stream is open: its live end is now
+            cli("prompt", sid, "again")
+            out, _ = following.communicate(timeout=DEADLINE)
+        finally:
+            following.kill()
+        types = [json.loads(line)["type"] for line in out.splitlines()]
+        assert types[0] == "session.turn.started" and types[-1] == "session.idle"
+        assert "session.created" not in types

@@ -14,6 +14,7 @@ import trio.testing
 from coordinator import errors
 from coordinator.client import CoordinatorClient
 from coordinator.config import Config
+from coordinator.metrics import Metrics
 from coordinator.server.app import OPERATIONS, build_app
 from coordinator.server.schema import Validator
 from tests.coordinator.server.harness import (
@@ -352,6 +353,8 @@ async def test_a_configured_token_guards_every_api_route_but_not_health(tmp_path
 class _Failing:
     """Stands in for the coordinator to make the handlers meet failures the real one cannot force."""
 
+    metrics = Metrics()  # the server counts its answers in the coordinator's series
+
     async def list_sessions(self) -> Any:
         raise RuntimeError("secret detail of the failure")
 
@@ -467,3 +470,25 @@ async def _raw(api: Api, method: str, path: str, content: Any = b"") -> httpx.Re
     headers = {"content-type": "application/json"}
     async with httpx.AsyncClient(base_url=api.listening.url, timeout=30) as http:
         return await http.request(method, path, content=content or None, headers=headers)
+
+
+async def test_every_answer_is_counted_by_its_route_template_and_status(shell_api: Api) -> None:
+    """``coordinator_http_requests_total{route, status}``: the route's template, never an id (a series
+    each); a path no route has is ``unmatched``; the event stream counts when it opens."""
+    session_id, _ = await _pending_request(shell_api)
+    await _raw(shell_api, "GET", f"/api/session/{session_id}")
+    await _raw(shell_api, "GET", "/api/session/ses_nope")
+    await _raw(shell_api, "GET", "/api/nothing/here")
+    text = (await _raw(shell_api, "GET", "/metrics")).text
+    counts = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("coordinator_http_requests_total{")
+    }
+    assert counts['coordinator_http_requests_total{route="/api/session",status="201"}'] == 1
+    assert counts['coordinator_http_requests_total{route="/api/session/{sid}",status="200"}'] == 1
+    assert counts['coordinator_http_requests_total{route="/api/session/{sid}",status="404"}'] == 1
+    assert counts['coordinator_http_requests_total{route="unmatched",status="404"}'] == 1
+    assert counts['coordinator_http_requests_total{route="/api/event",status="200"}'] >= 1  # the log's
+    assert not any(session_id in key for key in counts)
+    assert 'coordinator_http_request_seconds_count{route="/api/session/{sid}/prompt"} 1.0' in text
