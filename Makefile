@@ -3,14 +3,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What testing needs beyond running (pytest, linters, schemathesis, playwright, the bench's peer):
+# installed by the targets that test, not by `make setup`, which is all someone who runs it needs.
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: setup run demo test unit lint fmt chaos bench soak model mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(DEV_STAMP)
 
 setup: $(STAMP)
 
@@ -24,10 +31,10 @@ test: lint unit
 
 # Two workers (the machine has two cores): every scenario runs on SQLite and on PostgreSQL.
 TEST_WORKERS ?= 2
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check coordinator tests examples
 	$(BIN)/ruff check coordinator tests examples
 	$(BIN)/mypy
@@ -36,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener,_live \
 		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py')
 
-fmt: $(STAMP)
+fmt: $(DEV_STAMP)
 	$(BIN)/ruff format coordinator tests examples
 	$(BIN)/ruff check --fix coordinator tests examples
 
@@ -44,18 +51,18 @@ fmt: $(STAMP)
 chaos: $(STAMP)
 	$(BIN)/coordinator chaos --runs 10000 --jobs $$(nproc 2>/dev/null || echo 2) --process-rounds 10
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/coordinator bench
 
 # Each stop bug of tests/mutants/mutants.py planted in a copy of the sources, one at a time, against the
 # tests that must catch it; fails if one survives (design/mutants.md). Not part of `make test`.
-mutants: $(STAMP)
+mutants: $(DEV_STAMP)
 	$(BIN)/python -m tests.mutants.run
 
 # Sessions created, prompted and deleted in a loop with retention on, printing RSS and the database's
 # size each minute (bench/soak.py; not in CI). SOAK_MINUTES=30 by default.
 SOAK_MINUTES ?= 30
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 # The claim protocol's Spin model, checked exhaustively (design/model/README.md): the model verifies

@@ -1,7 +1,8 @@
-"""Draw design/img/page.png, the README's picture of the page: `.venv/bin/python -m tests.browser.readme_picture`.
+"""Draw the README's pictures of the page: `.venv/bin/python -m tests.browser.readme_picture`.
 
 A scripted session whose model streams an answer, runs one command and asks to run another, seen
-in Debian's Chromium exactly as the browser tests see the page.
+in Debian's Chromium exactly as the browser tests see the page: ``design/img/page.png`` (1100 px
+wide), ``page-1280.png`` (a wide screen) and ``page-390.png`` (a phone).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from playwright.sync_api import expect
 
 from tests.browser.harness import ServerThread, api, new_page, open_browser, plain_server, scripted_config
 
-PICTURE = Path(__file__).resolve().parents[2] / "design" / "img" / "page.png"
+IMG = Path(__file__).resolve().parents[2] / "design" / "img"
+PICTURE = IMG / "page.png"
+SIZES = {"page-1280.png": (1280, 800), "page-390.png": (390, 844)}
 
 SCRIPT = [
     {
@@ -23,7 +26,8 @@ SCRIPT = [
         "tool_calls": [{"id": "call_ls", "name": "shell", "input": {"command": "ls -p"}}],
     },
     {
-        "text": "Four entries, build/ among them. Shall I clean up the build folder?",
+        "text": "Four entries, **build/** among them:\n\n- `src/` and two files to keep\n- `build/`, "
+        "made by the last build\n\nShall I clean up the build folder?",
         "tool_calls": [{"id": "call_rm", "name": "shell", "input": {"command": "rm -rf build/"}}],
     },
 ]
@@ -48,9 +52,13 @@ def draw(folder: Path) -> None:
         expect(page.get_by_role("dialog")).to_contain_text("rm -rf build/")
         page.wait_for_timeout(300)  # let the list catch up with the turn
         page.screenshot(path=PICTURE)
+        for name, (width, height) in SIZES.items():
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(200)
+            page.screenshot(path=IMG / name)
 
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="page-picture-") as folder:
         draw(Path(folder))
-    print(PICTURE)
+    print(PICTURE, *(IMG / name for name in SIZES))

@@ -31,21 +31,21 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         new_session(page, "normal")
         run(page, "echo hello from the page")
         page.get_by_role("button", name="Allow once").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
         expect(page.locator(".call .output")).to_contain_text("hello from the page")
         expect(page.locator(".step .text").last).to_contain_text("The command finished")
 
         new_session(page, "declined")
         run(page, "echo no")
         page.get_by_role("button", name="Reject").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: declined")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "declined")
 
         new_session(page, "interrupted")
         run(page, "echo wait")
         page.get_by_role("button", name="Interrupt").click()
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
         expect(page.get_by_role("status")).to_contain_text("revoked: interrupt")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: interrupted")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "interrupted")
 
         new_session(page, "resumed")
         run(page, "echo after the restart")
@@ -53,7 +53,9 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         port = server.port
         assert server.terminate() == 0
         expect(page.locator("#connection")).to_have_text("reconnecting…")
-        expect(page.locator(".turn-note").last).to_contain_text("suspended: shutdown")
+        expect(page.locator(".turn-note").last).to_have_text(
+            "Stopped: the server shut down; it will continue after the restart"
+        )
         expect(page.get_by_role("dialog")).to_have_attribute("data-id", str(request_id))  # still pending
         page.get_by_role("button", name="Allow once").click()  # nobody to answer: the dialog stays usable
         expect(page.get_by_role("dialog").get_by_role("alert")).to_contain_text("Not sent")
@@ -62,7 +64,7 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
 
     with ServeProcess(config, db, tmp_path, port=port) as again:
         expect(page.locator("#connection")).to_have_text("live")
-        expect(page.locator(".turn-note").last).to_have_text("resumed after shutdown")
+        expect(page.locator(".turn-note").last).to_have_text("Resumed after the restart")
         dialog = page.get_by_role("dialog")
         expect(dialog).to_have_count(1)
         expect(dialog).to_have_attribute("data-id", str(request_id))
@@ -76,7 +78,7 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
 
         dialog.get_by_role("button", name="Allow once").click()
         expect(dialog).to_have_count(0, timeout=1000)
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
         expect(page.locator(".call .output").last).to_contain_text("after the restart")
         texts = page.locator(".turn .prompt").all_text_contents()
         assert texts == ["You run: echo after the restart"]  # the turn once, not replayed twice

@@ -56,13 +56,13 @@ def test_an_interrupt_from_elsewhere_closes_the_dialog_with_its_reason_and_the_p
         expect(dialog).to_have_count(0, timeout=1000)
         closed_after = time.monotonic() - asked
         expect(page.get_by_role("status")).to_contain_text("revoked: interrupt")
-        expect(page.locator(".turn-note").last).to_have_text("outcome: interrupted")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "interrupted")
         page.screenshot(path=tmp_path / "2-revoked.png", full_page=True)
 
         send_prompt(page, "and now?")
         expect(page.locator(".turn")).to_have_count(2)
         expect(page.locator(".turn").last.locator(".prompt")).to_contain_text("and now?")
-        expect(page.locator(".turn").last.locator(".turn-note").last).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn").last.locator(".turn-note").last).to_have_attribute("data-outcome", "succeeded")
         expect(page.locator(".turn").last.locator(".step .text")).to_have_text("done")
         expect(page.get_by_role("textbox", name="Prompt")).to_have_value("")
         page.screenshot(path=tmp_path / "3-next-turn.png", full_page=True)
@@ -94,7 +94,7 @@ def test_a_reply_that_lost_the_race_to_a_revocation_closes_the_dialog_and_shows_
         page.screenshot(path=tmp_path / "settlement.png", full_page=True)
 
         server.run_sync(network.release)  # the revocation arrives late: it is not shown a second time
-        expect(page.locator(".turn-note").last).to_have_text("outcome: interrupted")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "interrupted")
         expect(notices.locator("p")).to_have_count(1)
         expect(dialog).to_have_count(0)
 
@@ -113,7 +113,7 @@ def test_a_reply_from_another_tab_closes_this_tabs_dialog_and_says_so(page: Page
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
         expect(page.get_by_role("status")).to_contain_text('Permission for shell "echo hi": replied: once')
         expect(page.locator(".call").first).to_have_attribute("data-state", "succeeded")
-        expect(page.locator(".turn-note").last).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "succeeded")
         other.close()
 
 
@@ -127,7 +127,7 @@ def test_a_reject_declines_the_turn_and_a_reject_with_a_message_is_feedback(
         page.get_by_role("dialog").get_by_role("button", name="Reject").click()
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
         expect(page.get_by_role("status")).to_contain_text('Permission for shell "echo hi": rejected')
-        expect(page.locator(".turn-note").last).to_have_text("outcome: declined")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "declined")
         expect(page.locator(".call").first).to_have_attribute("data-state", "failed")
         page.screenshot(path=tmp_path / "declined.png", full_page=True)
 
@@ -136,7 +136,7 @@ def test_a_reject_declines_the_turn_and_a_reject_with_a_message_is_feedback(
         dialog = page.get_by_role("dialog")
         dialog.get_by_label("Message (optional)").fill("not that one")
         dialog.get_by_role("button", name="Reject").click()
-        expect(page.locator(".turn-note").last).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "succeeded")
         expect(page.locator(".call .error").first).to_contain_text("not that one")
         with api(server.url) as http:
             assert http.get(f"/api/session/{sid}").json()["last_outcome"] == "declined"
@@ -158,13 +158,13 @@ def test_a_question_form_is_submitted_dismissed_or_closed_when_dismissed_elsewhe
         expect(dialog).to_have_count(0, timeout=1000)
         expect(page.locator(".call").first).to_have_attribute("data-state", "succeeded")
         expect(page.locator(".call .output").first).to_contain_text('"q1": "yes"')
-        expect(page.locator(".turn-note").last).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "succeeded")
 
         open_session(page, server.url, "form dismiss")
         send_prompt(page, "ask me")
         page.get_by_role("dialog").get_by_role("button", name="Dismiss").click()
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
-        expect(page.locator(".turn-note").last).to_have_text("outcome: declined")
+        expect(page.locator(".turn-note").last).to_have_attribute("data-outcome", "declined")
 
         elsewhere = open_session(page, server.url, "form elsewhere")
         send_prompt(page, "ask me")
@@ -192,7 +192,7 @@ def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer(page: Page, tmp_pa
         expect(page.locator("#connection")).to_have_text("live")
         send_prompt(page, "run it")
         page.get_by_role("dialog").get_by_role("button", name="Allow once").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
         expect(page.locator("#token-form")).to_be_hidden()
         assert page.evaluate("sessionStorage.getItem('coordinator.token')") == "s3cret"
 
@@ -219,7 +219,7 @@ def test_always_allow_closes_the_other_dialogs_its_rule_now_allows(page: Page, t
             'Permission for shell "echo hi": replied: always',
         ]
         expect(page.locator(".call[data-state='succeeded']")).to_have_count(2)
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text("outcome: succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
 
 
 def test_the_prompt_box_is_never_blocked_by_a_dialog(page: Page, tmp_path: Path) -> None:
@@ -241,6 +241,7 @@ def test_the_prompt_box_is_never_blocked_by_a_dialog(page: Page, tmp_path: Path)
         dialog.get_by_role("button", name="Allow once").click()
         expect(page.locator(".turn")).to_have_count(2)
         expect(page.locator(".turn").last.locator(".prompt")).to_have_text("You and then this")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_text(
-            ["outcome: succeeded", "outcome: succeeded"]
-        )
+        idles = page.locator(".turn-note[data-type='session.idle']")
+        expect(idles).to_have_count(2)
+        expect(idles.first).to_have_attribute("data-outcome", "succeeded")
+        expect(idles.last).to_have_attribute("data-outcome", "succeeded")

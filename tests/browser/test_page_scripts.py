@@ -102,8 +102,10 @@ SESSIONS = """async () => {
     session("a11", "2026-01-01T00:00:05Z", "a1"),
     session("orphan", "2026-01-01T00:00:00Z", "gone"),
   ], "a1"));
+  // The title and status (the time and id that follow tell same-titled sessions apart: checked apart).
+  const shown = (a) => `${a.querySelector(".title").textContent} ${a.querySelector(".status").textContent}`;
   const outline = (ul, depth) => [...ul.children].flatMap((li) => [
-    `${"  ".repeat(depth)}${li.querySelector("a").textContent}${li.querySelector("a").getAttribute("aria-current") ? " *" : ""}`,
+    `${"  ".repeat(depth)}${shown(li.querySelector("a"))}${li.querySelector("a").getAttribute("aria-current") ? " *" : ""}`,
     ...(li.querySelector("ul") ? outline(li.querySelector("ul"), depth + 1) : []),
   ]);
   return outline(list, 0);

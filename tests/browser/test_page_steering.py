@@ -56,8 +56,8 @@ def test_a_person_steers_queues_cancels_stops_after_the_step_and_edits_an_approv
 
         # The turn stopped after its step; the steer and "later" ran as turns of their own.
         first = page.locator(".turn").first
-        expect(first.locator(".turn-note").last).to_have_text("outcome: interrupted")
-        expect(first).to_contain_text("interrupt (after its step; by api)")
+        expect(first.locator(".turn-note").last).to_have_attribute("data-outcome", "interrupted")
+        expect(first.locator(".turn-note").last).to_contain_text("You stopped this turn after its step")
         expect(page.locator(".turn")).to_have_count(3)
         expect(page.locator(".turn").nth(1).locator(".prompt").first).to_contain_text("later")
         expect(page.locator(".turn").nth(2).locator(".prompt").first).to_contain_text("and then say bye")

@@ -64,6 +64,10 @@ setTokenPrompt(
 
 async function refreshSessions() {
   const sessions = await api("GET", path.sessions(page.listLimit));
+  if (!page.follower) {
+    $("connection").textContent = "connected"; // the server answers; a session's stream says "live"
+    $("connection").dataset.state = "connected";
+  }
   $("sessions").replaceChildren(...sessionItems(sessions, page.sessionId));
   $("more-sessions").hidden = sessions.length < page.listLimit || page.listLimit >= LIST_MAX;
   const shown = sessions.find((session) => session.id === page.sessionId);
@@ -127,12 +131,18 @@ function showSessionHead(session) {
   $("resume").hidden = session.status !== "suspended";
   // A steer joins the running turn; with none running the prompt box only sends.
   $("steer").hidden = session.status !== "busy";
+  // Nothing to stop while no turn runs (a suspended turn can be interrupted: it then settles).
+  const stoppable = session.status === "busy" || session.status === "suspended";
+  $("interrupt").disabled = !stoppable;
+  $("soft-stop").disabled = session.status !== "busy";
 }
 
 function select(sessionId) {
   if (sessionId === page.sessionId) return;
   page.follower?.stop();
   page.sessionId = sessionId;
+  following = true; // a session opens at its newest output
+  if (narrow()) showSessionList(!sessionId);
   page.dialogs.clear();
   $("notices").replaceChildren();
   page.history = sessionId ? new History($("history"), sessionId) : null;
@@ -144,6 +154,10 @@ function select(sessionId) {
     $("resume").hidden = true;
     $("steer").hidden = true;
     $("queue").hidden = true;
+    $("interrupt").disabled = true;
+    $("soft-stop").disabled = true;
+    page.follower = null;
+    refreshSoon();
     return;
   }
   $("connection").textContent = "connecting…";
@@ -151,7 +165,10 @@ function select(sessionId) {
   const history = page.history;
   page.follower = new EventFollower(path.events(sessionId), {
     onEvent: (event) => applyEvent(history, event),
-    onDelta: (delta) => history.delta(delta),
+    onDelta: (delta) => {
+      history.delta(delta);
+      keepScrolledDown();
+    },
     onFrame: (type, data) => type === "stream.truncated" && history.truncated(data),
     onOpen: () => loadPending(sessionId),
     onState: (state) => {
@@ -185,9 +202,46 @@ async function loadPending(sessionId) {
   }
 }
 
-function keepScrolledDown() {
+// Following the newest output: the page keeps its end in view as output arrives, unless the person
+// scrolled up to read; then a "New output" button offers the way back, and following resumes at the end.
+let following = true;
+let autoTop = 0; // where the page last scrolled itself
+
+function nearEnd() {
   const scroller = document.scrollingElement;
-  if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 200) scroller.scrollTop = scroller.scrollHeight;
+  return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 120;
+}
+
+function scrollToNewest() {
+  const scroller = document.scrollingElement;
+  scroller.scrollTop = scroller.scrollHeight;
+  autoTop = scroller.scrollTop;
+  following = true;
+  $("new-output").hidden = true;
+}
+
+function keepScrolledDown() {
+  if (following) scrollToNewest();
+  else $("new-output").hidden = false;
+}
+
+function scrolled() {
+  // Only the person scrolls up; the page itself only ever scrolls down to the end.
+  const top = document.scrollingElement.scrollTop;
+  following = nearEnd() || top >= autoTop - 40;
+  if (nearEnd()) $("new-output").hidden = true;
+}
+
+// Narrow screens (a phone, a side panel) show the session list or the session, not both side by side.
+const NARROW = window.matchMedia("(max-width: 720px)");
+
+function narrow() {
+  return NARROW.matches;
+}
+
+function showSessionList(shown) {
+  $("sessions-nav").classList.toggle("collapsed", !shown);
+  $("toggle-sessions").setAttribute("aria-expanded", String(shown));
 }
 
 function route() {
@@ -209,9 +263,13 @@ async function sendPrompt() {
   const text = box.value;
   if (!text.trim()) return;
   let sessionId = page.sessionId;
-  if (!sessionId) sessionId = (await createSession(text.trim().slice(0, 60))).id;
+  if (!sessionId) {
+    sessionId = (await createSession(text.trim().slice(0, 60))).id;
+    notify("Started a new session for this prompt.");
+  }
   await api("POST", path.prompt(sessionId), { text });
   if (box.value === text) box.value = "";
+  scrollToNewest();
   refreshSoon();
 }
 
@@ -280,6 +338,17 @@ function wire() {
     refreshSessions().catch(complain);
   });
   window.addEventListener("hashchange", route);
+  window.addEventListener("scroll", scrolled, { passive: true });
+  $("new-output").addEventListener("click", scrollToNewest);
+  // On a narrow screen, choosing a session (the one shown too) folds the list away.
+  $("sessions").addEventListener("click", (click) => {
+    if (narrow() && click.target.closest("a")) showSessionList(false);
+  });
+  // A window made narrow (a side panel, a rotated phone) with a session open shows the session.
+  NARROW.addEventListener("change", () => showSessionList(!narrow() || !page.sessionId));
+  $("toggle-sessions").addEventListener("click", () =>
+    showSessionList($("sessions-nav").classList.contains("collapsed")),
+  );
   setInterval(() => document.visibilityState === "visible" && refreshSessions().catch(() => {}), LIST_REFRESH_MS);
 }
 

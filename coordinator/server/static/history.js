@@ -6,14 +6,20 @@
 // its `task` call. Events of descendant sessions only add those links: the dialogs of their waits are
 // the Dialogs' business.
 
-import { el, preview, reasonWords } from "./dom.js";
+import { clock, duration, el, endWords, preview } from "./dom.js";
 
+// The model's markdown, rendered by the markdown-it shipped beside this file (static/THIRD_PARTY.md),
+// with raw HTML off: whatever the model writes, it adds no markup of its own.
+const markdown = globalThis.markdownit ? globalThis.markdownit({ html: false, linkify: false, breaks: true }) : null;
+
+// The lines a turn's end writes where it happens: a stop's own line comes with `session.idle` (one
+// line, in words), but a suspension has no idle, and a resumption is a moment of its own.
 const TERMINAL_WORDS = {
-  "session.execution.interrupted": (e) => `interrupted: ${reasonWords(e.reason)}`,
-  "session.execution.failed": (e) => `failed: ${reasonWords(e.reason)}`,
-  "session.execution.suspended": (e) => `suspended: ${reasonWords(e.reason)}; it resumes when the server starts`,
-  "session.execution.resumed": (e) => `resumed after ${e.after}`,
+  "session.execution.suspended": (e) => endWords("suspended", e.reason),
+  "session.execution.resumed": (e) =>
+    e.after === "shutdown" ? "Resumed after the restart" : "Resumed after the server stopped unexpectedly",
 };
+const STOPPED = new Set(["session.execution.interrupted", "session.execution.failed"]);
 
 export class History {
   constructor(root, sessionId) {
@@ -31,19 +37,22 @@ export class History {
     if (event.session_id !== this.sessionId) return;
     const handler = this[HANDLERS[event.type]];
     if (handler) handler.call(this, event);
+    else if (STOPPED.has(event.type)) this.turn(event.turn_id).reason = event.reason;
     else if (TERMINAL_WORDS[event.type]) this.note(event.turn_id, TERMINAL_WORDS[event.type](event), event.type);
   }
 
   turnStarted(event) {
     const steps = el("div", { class: "steps" });
+    const when = event.at ? el("time", { class: "when", datetime: event.at }, clock(event.at)) : null;
     const node = el(
       "li",
       { class: "turn" },
+      when,
       el("p", { class: "prompt" }, el("span", { class: "who" }, "You"), " ", event.prompt),
       steps,
     );
     node.dataset.turnId = event.turn_id;
-    this.turns.set(event.turn_id, { node, steps, lastStep: null });
+    this.turns.set(event.turn_id, { node, steps, lastStep: null, startedAt: event.at, tokens: 0, reason: null });
     this.root.append(node);
   }
 
@@ -84,6 +93,7 @@ export class History {
 
   stepSucceeded(event) {
     const step = this.step(event.turn_id, event.step_id);
+    if (event.usage) this.turn(event.turn_id).tokens += event.usage.input_tokens + event.usage.output_tokens;
     step.final = true;
     const text = event.message ? event.message.text : step.points.join("");
     this.showText(step, text, "complete");
@@ -93,12 +103,20 @@ export class History {
     const step = this.step(event.turn_id, event.step_id);
     step.final = true;
     const text = event.partial_text ?? step.points.join("");
+    // Cut short: shown as it stood, greyed; the turn's one end line says why.
     this.showText(step, text, event.reason?.type || "failed");
-    step.node.append(el("p", { class: "step-failed" }, `step stopped: ${reasonWords(event.reason)}`));
   }
 
   showText(step, text, status) {
-    step.text.textContent = text;
+    // Rendered once the text is whole: the step's reply was recorded ("complete"), or the model moved
+    // on to its tool calls ("written"); while it streams it is plain text, which is cheap to extend.
+    if ((status === "complete" || status === "written") && markdown) {
+      step.text.innerHTML = markdown.render(text).trim();
+      step.text.classList.add("markdown");
+    } else {
+      step.text.textContent = text;
+      step.text.classList.remove("markdown");
+    }
     step.text.hidden = text === "";
     step.text.dataset.status = status;
   }
@@ -107,7 +125,8 @@ export class History {
     const parent = event.parent_call_id ? this.calls.get(event.parent_call_id) : null;
     const step = this.stepOfTurn(event.turn_id);
     const where = parent ? parent.nested : step.tools;
-    if (step.text.dataset.status === "streaming") step.text.dataset.status = "written"; // the model moved on to its calls
+    // The model moved on to its calls: its text is whole.
+    if (step.text.dataset.status === "streaming") this.showText(step, step.points.join(""), "written");
     const call = this.call(event.call_id, event.name, event.input, where);
     this.setState(call, "running");
   }
@@ -219,14 +238,22 @@ export class History {
     }
   }
 
+  // A line in the turn where it happened: after the steps so far, before the steps that follow.
   note(turnId, words, type) {
     const node = el("p", { class: "turn-note" }, words);
     node.dataset.type = type;
-    this.turn(turnId).node.append(node);
+    this.turn(turnId).steps.append(node);
+    return node;
   }
 
+  // The turn's end, one line: how it ended in words, how long it took, the tokens it used.
   idle(event) {
-    this.note(event.turn_id, `outcome: ${event.outcome}`, event.type);
+    const turn = this.turn(event.turn_id);
+    const words = [endWords(event.outcome, turn.reason, (callId) => this.calls.get(callId)?.name)];
+    if (turn.startedAt && event.at) words.push(duration((Date.parse(event.at) - Date.parse(turn.startedAt)) / 1000));
+    if (turn.tokens) words.push(`${turn.tokens} tokens`);
+    const node = this.note(event.turn_id, words.filter(Boolean).join(" · "), event.type);
+    node.dataset.outcome = event.outcome;
   }
 
   // A sub-agent session: a link under the `task` call that made it.

@@ -1,7 +1,7 @@
 // The session list: newest first, each a link whose name starts with its title, then its status and
 // last outcome; a sub-agent session is listed under its parent.
 
-import { el } from "./dom.js";
+import { clock, el } from "./dom.js";
 
 // The list items of `sessions` (as GET /api/session answers), `selectedId` marked as the current one.
 export function sessionItems(sessions, selectedId) {
@@ -27,6 +27,8 @@ function items(byParent, parent, selectedId) {
       " ",
       el("span", { class: `status ${session.status}` }, session.status),
       session.last_outcome ? el("span", { class: "outcome" }, ` · ${session.last_outcome}`) : null,
+      // Two sessions of one title are told apart by when they were made and the end of their id.
+      el("span", { class: "meta" }, `${clock(session.created_at)} · …${session.id.slice(-6)}`),
     );
     link.dataset.sessionId = session.id;
     return el("li", {}, link, children.length ? el("ul", {}, ...children) : null);
