@@ -31,21 +31,27 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
         new_session(page, "normal")
         run(page, "echo hello from the page")
         page.get_by_role("button", name="Allow once").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
         expect(page.locator(".call .output")).to_contain_text("hello from the page")
         expect(page.locator(".step .text").last).to_contain_text("The command finished")
 
         new_session(page, "declined")
         run(page, "echo no")
         page.get_by_role("button", name="Reject").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "declined")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "declined"
+        )
 
         new_session(page, "interrupted")
         run(page, "echo wait")
         page.get_by_role("button", name="Interrupt").click()
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
         expect(page.get_by_role("status")).to_contain_text("revoked: interrupt")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "interrupted")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "interrupted"
+        )
 
         new_session(page, "resumed")
         run(page, "echo after the restart")
@@ -78,7 +84,9 @@ def test_a_person_drives_every_demo_story_from_the_page(page: Page, tmp_path: Pa
 
         dialog.get_by_role("button", name="Allow once").click()
         expect(dialog).to_have_count(0, timeout=1000)
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
         expect(page.locator(".call .output").last).to_contain_text("after the restart")
         texts = page.locator(".turn .prompt").all_text_contents()
         assert texts == ["You run: echo after the restart"]  # the turn once, not replayed twice

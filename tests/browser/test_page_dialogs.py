@@ -62,7 +62,9 @@ def test_an_interrupt_from_elsewhere_closes_the_dialog_with_its_reason_and_the_p
         send_prompt(page, "and now?")
         expect(page.locator(".turn")).to_have_count(2)
         expect(page.locator(".turn").last.locator(".prompt")).to_contain_text("and now?")
-        expect(page.locator(".turn").last.locator(".turn-note").last).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn").last.locator(".turn-note").last).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
         expect(page.locator(".turn").last.locator(".step .text")).to_have_text("done")
         expect(page.get_by_role("textbox", name="Prompt")).to_have_value("")
         page.screenshot(path=tmp_path / "3-next-turn.png", full_page=True)
@@ -192,7 +194,9 @@ def test_the_page_asks_for_the_token_and_sends_it_as_a_bearer(page: Page, tmp_pa
         expect(page.locator("#connection")).to_have_text("live")
         send_prompt(page, "run it")
         page.get_by_role("dialog").get_by_role("button", name="Allow once").click()
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
         expect(page.locator("#token-form")).to_be_hidden()
         assert page.evaluate("sessionStorage.getItem('coordinator.token')") == "s3cret"
 
@@ -219,7 +223,9 @@ def test_always_allow_closes_the_other_dialogs_its_rule_now_allows(page: Page, t
             'Permission for shell "echo hi": replied: always',
         ]
         expect(page.locator(".call[data-state='succeeded']")).to_have_count(2)
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
 
 
 def test_the_prompt_box_is_never_blocked_by_a_dialog(page: Page, tmp_path: Path) -> None:

@@ -115,4 +115,3 @@ def test_the_page_fits_a_phone_with_no_sideways_scroll(browser: Browser, tmp_pat
             page.screenshot(path=tmp_path / "page-390.png")
     finally:
         context.close()
-

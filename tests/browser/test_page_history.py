@@ -52,7 +52,9 @@ def test_an_interrupted_execute_shows_its_partial_result_once(page: Page, tmp_pa
         expect(execute.locator("> .call-details .logs")).to_have_text("listing")
         expect(execute.locator(".nested > .call")).to_have_count(1)
         expect(execute.locator(".nested > .call")).to_have_attribute("data-state", "failed")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "interrupted")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "interrupted"
+        )
 
 
 def test_older_sessions_are_one_click_away(page: Page, tmp_path: Path) -> None:

@@ -47,7 +47,9 @@ def test_a_dropped_stream_resumes_after_the_last_event_seen_and_shows_each_event
         expect(page.get_by_role("dialog")).to_have_count(1)
         server.run_sync(network.release)
         expect(page.get_by_role("dialog")).to_have_count(0, timeout=1000)
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "interrupted")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "interrupted"
+        )
         expect(page.get_by_role("status").locator("p")).to_have_text(
             ['Permission for shell "echo hi": revoked: interrupt (by api)']
         )

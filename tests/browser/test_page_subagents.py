@@ -30,7 +30,9 @@ def test_a_sub_agents_request_is_answered_from_its_parents_page(page: Page, tmp_
         dialog.get_by_role("button", name="Allow once").click()
         expect(dialog).to_have_count(0, timeout=1000)
         expect(task).to_have_attribute("data-state", "succeeded")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "succeeded")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "succeeded"
+        )
         task.locator("a.child").click()
         expect(page.locator("#session-title")).to_have_text("helper")
         expect(page.locator(".call[data-state='succeeded']")).to_have_count(1)

@@ -70,7 +70,9 @@ def test_an_interrupt_while_the_model_streams_keeps_the_text_so_far(page: Page, 
         expect(text).to_have_attribute("data-status", "interrupt")
         # One line says how the turn ended, in words; the step's cut text is shown as it stood.
         expect(page.locator(".turn-note[data-type='session.idle']")).to_contain_text("You stopped this turn")
-        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute("data-outcome", "interrupted")
+        expect(page.locator(".turn-note[data-type='session.idle']")).to_have_attribute(
+            "data-outcome", "interrupted"
+        )
         partial = text.text_content() or ""
         assert partial.startswith("Once upon") and not partial.endswith("was"), partial
 
