@@ -34,6 +34,7 @@ from typing import Any
 from coordinator._coordinator import Coordinator
 from coordinator._guest import AioSubscription, Guest
 from coordinator.config import Config
+from coordinator.metrics import Metrics
 from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 
 __all__ = ["AioCoordinator", "AioSubscription", "open_coordinator"]
@@ -58,6 +59,10 @@ class AioCoordinator:
     @property
     def instance_id(self) -> str:
         return self._coordinator.instance_id
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._coordinator.metrics
 
     @property
     def published_seq(self) -> int:

@@ -25,9 +25,16 @@ async def test_the_page_and_every_file_it_imports_are_served_with_their_type_and
         assert index.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
         assert index.headers["x-content-type-options"] == "nosniff"
         scripts = re.findall(r"<script[^>]*>", index.text)
-        assert scripts == ['<script type="module" src="/static/app.js">']  # no inline script
+        # No inline script: the page's modules, and the markdown renderer it ships (a classic script).
+        assert scripts == [
+            '<script src="/static/markdown-it.min.js">',
+            '<script type="module" src="/static/app.js">',
+        ]
         assert "http://" not in index.text and "https://" not in index.text
-        wanted = ["app.js", *re.findall(r'href="/static/([\w.]+)"', index.text)]
+        wanted = [
+            *re.findall(r'src="/static/([\w.-]+)"', index.text),
+            *re.findall(r'href="/static/([\w.]+)"', index.text),
+        ]
         seen: set[str] = set()
         while wanted:
             name = wanted.pop()
