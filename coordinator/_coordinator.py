@@ -85,10 +85,14 @@ class Coordinator:
         # durable (with synchronous=full, until it would survive a power loss). See store/_durability.py.
         await self._runtime.store.durable()
 
-    async def create_session(self, title: str = "") -> Session:
-        """Create an idle session and publish ``session.created``."""
+    async def create_session(self, title: str = "", *, owner: str | None = None) -> Session:
+        """Create an idle session and publish ``session.created``.
+
+        ``owner``: the principal (``[[principal]]``) it belongs to: over HTTP only that principal (and
+        an admin) sees it. The embedding program is trusted: it sees every session.
+        """
         self._check_open()
-        session = await decisions.create_session(self._runtime, title)
+        session = await decisions.create_session(self._runtime, title, owner)
         await self._durable()
         return session
 
@@ -103,15 +107,15 @@ class Coordinator:
         return await self._runtime.store.read(lambda reader: reader.list_sessions())
 
     async def list_sessions_page(
-        self, *, limit: int, before: str | None = None
+        self, *, limit: int, before: str | None = None, owner: str | None = None
     ) -> tuple[list[Session], bool]:
-        """Up to ``limit`` sessions, newest first, created before the session ``before`` (when given);
-        and whether older ones remain.
+        """Up to ``limit`` sessions, newest first, created before the session ``before`` (when given),
+        of the principal ``owner`` only (when given); and whether older ones remain.
 
         **Raises:** ``SessionNotFound`` when ``before`` names no session (the cursor is a real id).
         """
         await self._durable()
-        page = await self._runtime.store.read(lambda reader: reader.session_page(limit + 1, before))
+        page = await self._runtime.store.read(lambda reader: reader.session_page(limit + 1, before, owner))
         if page is None:
             raise errors.SessionNotFound(
                 message=f"query.before: no session {before!r}", session_id=str(before)
@@ -130,7 +134,13 @@ class Coordinator:
         return await self._runtime.store.read(lambda reader: reader.history(session_id))
 
     async def prompt(
-        self, session_id: str, text: str, *, mode: str = "queue", expected_turn_id: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        mode: str = "queue",
+        expected_turn_id: str | None = None,
+        principal: str | None = None,
     ) -> str:
         """Send a prompt; returns the id of the turn it is, or (``steer``) joins.
 
@@ -142,9 +152,11 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest`` (empty text, unknown mode),
         ``TurnMismatch``, ``CoordinatorClosed``.
         """
-        return (await self._send(session_id, text, mode, expected_turn_id)).turn_id
+        return (await self._send(session_id, text, mode, expected_turn_id, principal)).turn_id
 
-    async def steer(self, session_id: str, text: str, *, expected_turn_id: str | None = None) -> Steered:
+    async def steer(
+        self, session_id: str, text: str, *, expected_turn_id: str | None = None, principal: str | None = None
+    ) -> Steered:
         """Send ``text`` into the running turn: it reaches the model at the turn's next step boundary
         (after the current step's tool calls settle, before the next model request) as a user message,
         with ``session.turn.steered``. When no turn runs, or the turn ends or stops before that
@@ -155,18 +167,18 @@ class Coordinator:
         **Raises:** ``SessionNotFound``, ``InvalidRequest``, ``TurnMismatch`` (``expected_turn_id``
         is not the running turn: nothing is accepted), ``CoordinatorClosed``.
         """
-        accepted = await self._send(session_id, text, "steer", expected_turn_id)
+        accepted = await self._send(session_id, text, "steer", expected_turn_id, principal)
         assert accepted.steer_id is not None
         return Steered(turn_id=accepted.turn_id, steer_id=accepted.steer_id)
 
     async def _send(
-        self, session_id: str, text: str, mode: str, expected_turn_id: str | None
+        self, session_id: str, text: str, mode: str, expected_turn_id: str | None, principal: str | None
     ) -> prompts.Accepted:
         self._check_open()
         # A scheduling point before the queueing: the chaos campaign replays a run by the order in which
         # sessions pass their checkpoints, and that order counts this one (design/chaos.md).
         await trio.lowlevel.checkpoint()
-        accepted = await prompts.send(self._runtime, session_id, text, mode, expected_turn_id)
+        accepted = await prompts.send(self._runtime, session_id, text, mode, expected_turn_id, principal)
         if accepted.stopped is not None:
             await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
         self._registry.ensure_running(session_id)
@@ -211,7 +223,13 @@ class Coordinator:
             self._runtime.tools.forget_session(each)
 
     async def interrupt(
-        self, session_id: str, *, by: str = "embedder", when: str = "now", queued: str = "keep"
+        self,
+        session_id: str,
+        *,
+        by: str = "embedder",
+        when: str = "now",
+        queued: str = "keep",
+        principal: str | None = None,
     ) -> bool:
         """Stop the running turn with reason interrupt. False when idle or already stopping.
 
@@ -233,7 +251,12 @@ class Coordinator:
             raise errors.InvalidRequest(message=f"queued must be keep or cancel, not {queued!r}")
         await self._check_session(session_id)
         stopped = await decisions.interrupt(
-            self._runtime, session_id, by, soft=when == "after_step", cancel_queued=queued == "cancel"
+            self._runtime,
+            session_id,
+            by,
+            soft=when == "after_step",
+            cancel_queued=queued == "cancel",
+            principal=principal,
         )
         if stopped:
             await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
@@ -276,8 +299,10 @@ class Coordinator:
         message: str | None = None,
         *,
         input: Any = None,
+        principal: str | None = None,
     ) -> PermissionRequest:
-        """Answer a permission request: ``once``, ``always`` or ``reject``.
+        """Answer a permission request: ``once``, ``always`` or ``reject``; ``principal``: who (the
+        event's ``by``), when the server has principals.
 
         ``input`` (with ``once`` or ``always``): the call runs with this input instead of the model's.
         It must fit the tool's input schema (``InvalidInput`` otherwise); ``permission.replied``
@@ -291,7 +316,7 @@ class Coordinator:
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         await self._check_session(session_id)
         replied = await decisions.reply_permission(
-            self._runtime, session_id, request_id, decision, message, input
+            self._runtime, session_id, request_id, decision, message, input, principal
         )
         if decision == "reject" and not message:
             await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
@@ -305,19 +330,23 @@ class Coordinator:
             lambda reader: reader.pending_forms(session_ids=[session_id, *reader.descendants(session_id)])
         )
 
-    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
+    async def submit_form(
+        self, session_id: str, form_id: str, answers: Mapping[str, str], *, principal: str | None = None
+    ) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         await self._check_session(session_id)
-        form = await decisions.submit_form(self._runtime, session_id, form_id, dict(answers))
+        form = await decisions.submit_form(self._runtime, session_id, form_id, dict(answers), principal)
         await self._durable()
         return form
 
-    async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
+    async def dismiss_form(
+        self, session_id: str, form_id: str, message: str | None = None, *, principal: str | None = None
+    ) -> Form:
         """Dismiss a form: a declined stop, or, with a ``message``, feedback and the turn goes on."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart
         await self._check_session(session_id)
-        form = await decisions.dismiss_form(self._runtime, session_id, form_id, message)
+        form = await decisions.dismiss_form(self._runtime, session_id, form_id, message, principal)
         if not message:
             await self._registry.settle_decided_stop(session_id)  # declined while parked: no actor runs it
         await self._durable()

@@ -75,8 +75,8 @@ class AioCoordinator:
     def metrics_text(self) -> str:
         return self._coordinator.metrics_text()
 
-    async def create_session(self, title: str = "") -> Session:
-        return await self._guest.call(self._coordinator.create_session, title)
+    async def create_session(self, title: str = "", *, owner: str | None = None) -> Session:
+        return await self._guest.call(functools.partial(self._coordinator.create_session, owner=owner), title)
 
     async def nodes(self) -> list[Node]:
         return await self._guest.call(self._coordinator.nodes)
@@ -85,9 +85,12 @@ class AioCoordinator:
         return await self._guest.call(self._coordinator.list_sessions)
 
     async def list_sessions_page(
-        self, *, limit: int, before: str | None = None
+        self, *, limit: int, before: str | None = None, owner: str | None = None
     ) -> tuple[list[Session], bool]:
-        return await self._guest.call(self._coordinator.list_sessions_page, limit=limit, before=before)
+        call = functools.partial(
+            self._coordinator.list_sessions_page, limit=limit, before=before, owner=owner
+        )
+        return await self._guest.call(call)
 
     async def get_session(self, session_id: str) -> Session:
         return await self._guest.call(self._coordinator.get_session, session_id)
@@ -96,13 +99,25 @@ class AioCoordinator:
         return await self._guest.call(self._coordinator.history, session_id)
 
     async def prompt(
-        self, session_id: str, text: str, *, mode: str = "queue", expected_turn_id: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        mode: str = "queue",
+        expected_turn_id: str | None = None,
+        principal: str | None = None,
     ) -> str:
-        call = functools.partial(self._coordinator.prompt, mode=mode, expected_turn_id=expected_turn_id)
+        call = functools.partial(
+            self._coordinator.prompt, mode=mode, expected_turn_id=expected_turn_id, principal=principal
+        )
         return await self._guest.call(call, session_id, text)
 
-    async def steer(self, session_id: str, text: str, *, expected_turn_id: str | None = None) -> Steered:
-        call = functools.partial(self._coordinator.steer, expected_turn_id=expected_turn_id)
+    async def steer(
+        self, session_id: str, text: str, *, expected_turn_id: str | None = None, principal: str | None = None
+    ) -> Steered:
+        call = functools.partial(
+            self._coordinator.steer, expected_turn_id=expected_turn_id, principal=principal
+        )
         return await self._guest.call(call, session_id, text)
 
     async def queued_turns(self, session_id: str) -> list[QueuedTurn]:
@@ -115,9 +130,17 @@ class AioCoordinator:
         await self._guest.call(self._coordinator.delete_session, session_id)
 
     async def interrupt(
-        self, session_id: str, *, by: str = "embedder", when: str = "now", queued: str = "keep"
+        self,
+        session_id: str,
+        *,
+        by: str = "embedder",
+        when: str = "now",
+        queued: str = "keep",
+        principal: str | None = None,
     ) -> bool:
-        call = functools.partial(self._coordinator.interrupt, by=by, when=when, queued=queued)
+        call = functools.partial(
+            self._coordinator.interrupt, by=by, when=when, queued=queued, principal=principal
+        )
         return await self._guest.call(call, session_id)
 
     async def resume(self, session_id: str) -> str:
@@ -133,19 +156,26 @@ class AioCoordinator:
         decision: str,
         message: str | None = None,
         *,
-        input: Any = None,
+        input: Any = None,  # noqa: A002 (the reply's own word, as on the wire)
+        principal: str | None = None,
     ) -> PermissionRequest:
-        call = functools.partial(self._coordinator.reply_permission, input=input)
+        call = functools.partial(self._coordinator.reply_permission, input=input, principal=principal)
         return await self._guest.call(call, session_id, request_id, decision, message)
 
     async def pending_forms(self, session_id: str) -> list[Form]:
         return await self._guest.call(self._coordinator.pending_forms, session_id)
 
-    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
-        return await self._guest.call(self._coordinator.submit_form, session_id, form_id, answers)
+    async def submit_form(
+        self, session_id: str, form_id: str, answers: Mapping[str, str], *, principal: str | None = None
+    ) -> Form:
+        call = functools.partial(self._coordinator.submit_form, principal=principal)
+        return await self._guest.call(call, session_id, form_id, answers)
 
-    async def dismiss_form(self, session_id: str, form_id: str, message: str | None = None) -> Form:
-        return await self._guest.call(self._coordinator.dismiss_form, session_id, form_id, message)
+    async def dismiss_form(
+        self, session_id: str, form_id: str, message: str | None = None, *, principal: str | None = None
+    ) -> Form:
+        call = functools.partial(self._coordinator.dismiss_form, principal=principal)
+        return await self._guest.call(call, session_id, form_id, message)
 
     async def prune_events(self) -> int:
         return await self._guest.call(self._coordinator.prune_events)

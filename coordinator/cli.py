@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.resources
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,7 +30,7 @@ import httpx
 import trio
 
 from coordinator import event_lines, remote
-from coordinator.config import Config, apply_env, config_from
+from coordinator.config import PRINCIPAL_NAME, TOKEN_PRINCIPAL, Config, apply_env, config_from, load_config
 from coordinator.errors import ClientError, ConfigError, StoreError
 from coordinator.log_output import configure_logging
 from coordinator.logs import get_logger
@@ -105,6 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
     init.set_defaults(run=_init)
+
+    principal = commands.add_parser(
+        "principal",
+        help="who may use the server: `coordinator principal add NAME [--role admin]`",
+        description="`add` makes a principal: it prints its new token once and appends the entry (the "
+        "token's SHA-256, never the token) to the config file. Restart the server to let it in.",
+    )
+    principal_actions = principal.add_subparsers(dest="principal_action", metavar="ACTION", required=True)
+    add = principal_actions.add_parser("add", help="add a principal; prints its token once")
+    add.add_argument("name", metavar="NAME", help="[a-z0-9_.-], 1 to 64 characters")
+    add.add_argument(
+        "--role",
+        choices=("user", "admin"),
+        default="user",
+        help="user: its own sessions (default); admin: all",
+    )
+    add.add_argument(
+        "--config",
+        metavar="FILE",
+        default=remote.LOCAL_CONFIG,
+        help=f"the config file (default {remote.LOCAL_CONFIG})",
+    )
+    add.set_defaults(run=_principal_add)
 
     remote.add_commands(commands)
     events = commands.add_parser(
@@ -299,6 +324,34 @@ def _init(args: argparse.Namespace) -> int:
         _complain(f"{target}: {exc.strerror or exc}")
         return EXIT_FAILED
     print(f"wrote {target}; start with: coordinator serve --config {target}", flush=True)
+    return EXIT_OK
+
+
+def _principal_add(args: argparse.Namespace) -> int:
+    """Append a ``[[principal]]`` to the config (checked first, as the server will read it), then
+    print the token: only its hash is kept, so this is the one time anyone sees it."""
+    path = Path(args.config)
+    existing = load_config(path) if path.exists() else Config()
+    if not PRINCIPAL_NAME.match(args.name):
+        raise ConfigError(f"expected a name of [a-z0-9_.-], 1 to 64 characters, got {args.name!r}", "NAME")
+    if args.name == TOKEN_PRINCIPAL or any(entry.name == args.name for entry in existing.principal):
+        raise ConfigError(f"the name {args.name!r} is taken", str(path))
+    token = secrets.token_urlsafe(32)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    entry = f'\n[[principal]]\nname = "{args.name}"\ntoken_sha256 = "{digest}"\nrole = "{args.role}"\n'
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(entry)
+    except OSError as exc:
+        _complain(f"{path}: {exc.strerror or exc}")
+        return EXIT_FAILED
+    load_config(path)  # what the server will read: a bad file is caught here, not at its start
+    print(token, flush=True)
+    print(
+        f"added {args.role} {args.name!r} to {path}; its token is above, shown this once. Restart the server.",
+        file=sys.stderr,
+        flush=True,
+    )
     return EXIT_OK
 
 

@@ -93,6 +93,16 @@ class LimitsConfig:
 
 
 @attrs.frozen(kw_only=True)
+class PrincipalConfig:
+    """``[[principal]]``: who may use the server: a name, the SHA-256 of its bearer token (the token
+    itself is never stored) and a role (``user``: its own sessions only; ``admin``: every session)."""
+
+    name: str
+    token_sha256: str
+    role: Literal["user", "admin"] = "user"
+
+
+@attrs.frozen(kw_only=True)
 class PluginConfig:
     """``[[plugin]]``: a user tool, ``module:attribute``."""
 
@@ -111,6 +121,7 @@ class Config:
     postgres: PostgresConfig = PostgresConfig()
     permission: tuple[Rule, ...] = ()
     plugin: tuple[PluginConfig, ...] = ()
+    principal: tuple[PrincipalConfig, ...] = ()
     base_dir: Path = attrs.field(factory=Path.cwd)
 
     def with_overrides(self, **overrides: Any) -> Config:
@@ -140,8 +151,12 @@ _TABLES: dict[str, type[Any]] = {
     "limits": LimitsConfig,
     "postgres": PostgresConfig,
 }
-_ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig}
-_SECTION_NAMES = "[server], [model], [timeouts], [store], [limits], [postgres], [[permission]], [[plugin]]"
+_ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig, "principal": PrincipalConfig}
+_SECTION_NAMES = (
+    "[server], [model], [timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], [[principal]]"
+)
+PRINCIPAL_NAME = re.compile(r"^[a-z0-9_.-]{1,64}$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN_ENV = "COORDINATOR_TOKEN"
 
 
@@ -268,6 +283,8 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         if not ENTRY_PATTERN.match(entry.entry):
             where = f"{label}: [[plugin]][{index}].entry"
             raise ConfigError(f'expected "module:attribute", got {_describe(entry.entry)}', where)
+    principal = tuple(_build_array(table, "principal", label))
+    _check_principals(principal, label)
     return Config(
         server=server,
         model=model,
@@ -277,8 +294,31 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         postgres=postgres,
         permission=permission,
         plugin=plugin,
+        principal=principal,
         base_dir=base_dir,
     )
+
+
+def _check_principals(principals: tuple[PrincipalConfig, ...], label: str) -> None:
+    seen: set[str] = set()
+    for index, entry in enumerate(principals):
+        where = f"{label}: [[principal]][{index}]"
+        if not PRINCIPAL_NAME.match(entry.name):
+            raise ConfigError(
+                f"expected a name of [a-z0-9_.-], 1 to 64 characters, got {_describe(entry.name)}",
+                f"{where}.name",
+            )
+        if entry.name in seen or entry.name == TOKEN_PRINCIPAL:
+            raise ConfigError(f"the name {entry.name!r} is taken", f"{where}.name")
+        seen.add(entry.name)
+        if not SHA256_HEX.match(entry.token_sha256):
+            raise ConfigError(
+                "expected the hex SHA-256 of the token (64 characters 0-9a-f)", f"{where}.token_sha256"
+            )
+
+
+TOKEN_PRINCIPAL = "token"
+"""The admin that ``[server] token`` (or ``COORDINATOR_TOKEN``) acts as beside ``[[principal]]`` entries."""
 
 
 def _build_array(table: dict[str, Any], name: str, label: str) -> list[Any]:

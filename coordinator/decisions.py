@@ -56,12 +56,14 @@ def prompt_text(value: object) -> str:
     return _text(value, "text", empty_ok=False)
 
 
-async def create_session(runtime: Runtime, title: str) -> Session:
+async def create_session(runtime: Runtime, title: str, owner: str | None = None) -> Session:
     title = _text(title, "title", empty_ok=True, limit=MAX_TITLE)
+    if owner is not None and not isinstance(owner, str):
+        raise errors.InvalidRequest(message="owner must be a principal's name")
     session_id = new_id("ses")
 
     def create(tx: Transaction) -> Session:
-        tx.insert_session(session_id, title, now_rfc3339())
+        tx.insert_session(session_id, title, now_rfc3339(), owner=owner)
         session = tx.get_session(session_id)
         assert session is not None
         tx.emit(events.session_created(session))
@@ -129,7 +131,13 @@ def existing_session(tx: Transaction, session_id: str) -> None:
 
 
 async def interrupt(
-    runtime: Runtime, session_id: str, by: str, *, soft: bool = False, cancel_queued: bool = False
+    runtime: Runtime,
+    session_id: str,
+    by: str,
+    *,
+    soft: bool = False,
+    cancel_queued: bool = False,
+    principal: str | None = None,
 ) -> bool:
     """Record an interrupt of the session's running turn, then cancel it. False if none to stop.
 
@@ -143,7 +151,7 @@ async def interrupt(
     """
     if by not in ("api", "embedder"):
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
-    reason = Interrupt.by_person(by, soft=soft)  # type: ignore[arg-type]
+    reason = Interrupt.by_person(by, soft=soft, principal=principal)  # type: ignore[arg-type]
 
     def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None, bool]:
         tx.hold_session(session_id)
@@ -190,6 +198,7 @@ async def reply_permission(
     decision: str,
     message: str | None,
     edited_input: Any = None,
+    principal: str | None = None,
 ) -> PermissionRequest:
     """Answer a permission request; ``edited_input`` (with ``once`` or ``always``): the call runs
     with it instead of the model's input, checked against the tool's input schema first."""
@@ -226,8 +235,8 @@ async def reply_permission(
         replied = attrs.evolve(
             request, status=PermissionStatus.REPLIED, decision=cast(Decision, decision), input=edited_input
         )
-        tx.emit(events.permission_replied(replied))
-        also = _apply_always(runtime, tx, replied) if decision == "always" else []
+        tx.emit(events.permission_replied(replied, principal))
+        also = _apply_always(runtime, tx, replied, principal) if decision == "always" else []
         stop = None
         if decision == "reject" and message is None:
             declined = Declined.by_permission(request.call_id)
@@ -312,7 +321,9 @@ def _wait_turn(tx: Transaction, request_id: str) -> str:
     return row.turn_id
 
 
-def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest) -> list[PermissionRequest]:
+def _apply_always(
+    runtime: Runtime, tx: Transaction, request: PermissionRequest, principal: str | None
+) -> list[PermissionRequest]:
     """Add the session rule, then resolve every other pending request of the session it now allows."""
     tx.add_session_rule(request.session_id, permissions.always_rule(request.action, request.resource))
     session_rules = tx.session_rules(request.session_id)
@@ -322,12 +333,14 @@ def _apply_always(runtime: Runtime, tx: Transaction, request: PermissionRequest)
         if verdict.effect == "allow" and tx.reply_permission(other.id, "always", None):
             now = tx.get_permission(other.id)
             assert now is not None
-            tx.emit(events.permission_replied(now))
+            tx.emit(events.permission_replied(now, principal))
             resolved.append(now)
     return resolved
 
 
-async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any]) -> Form:
+async def submit_form(
+    runtime: Runtime, session_id: str, form_id: str, answers: dict[str, Any], principal: str | None = None
+) -> Form:
 
     def submit(tx: Transaction) -> Form:
         refuse_if_closing(runtime)
@@ -339,7 +352,7 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         submitted = tx.get_form(form_id)
         assert submitted is not None
-        tx.emit(events.form_submitted(submitted))
+        tx.emit(events.form_submitted(submitted, principal))
         return submitted
 
     submitted = await runtime.store.write(submit)
@@ -347,7 +360,9 @@ async def submit_form(runtime: Runtime, session_id: str, form_id: str, answers: 
     return submitted
 
 
-async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message: str | None) -> Form:
+async def dismiss_form(
+    runtime: Runtime, session_id: str, form_id: str, message: str | None, principal: str | None = None
+) -> Form:
 
     def dismiss(tx: Transaction) -> tuple[Form, str, StopReason | None]:
         refuse_if_closing(runtime)
@@ -358,7 +373,7 @@ async def dismiss_form(runtime: Runtime, session_id: str, form_id: str, message:
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         cancelled = tx.get_form(form_id)
         assert cancelled is not None
-        tx.emit(events.form_cancelled(cancelled))
+        tx.emit(events.form_cancelled(cancelled, principal))
         stop = None
         if not message:
             stop = stops.decide_in(

@@ -7,6 +7,7 @@
     │   ├── InvalidRequest               400: malformed input
     │   ├── Unauthorized                 401: missing or wrong bearer token
     │   ├── ForbiddenOrigin              403: a web page of another origin sent the request
+    │   ├── Forbidden                    403: the principal may not use this route (admin only)
     │   ├── RouteNotFound                404: no route has this path
     │   ├── MethodNotAllowed             405: the path has no route for this method
     │   ├── UnsupportedMediaType         415: a body that is not application/json
@@ -94,6 +95,14 @@ class ForbiddenOrigin(ClientError):
     status: ClassVar[int] = 403
 
     origin: str = ""
+
+
+@attrs.define(eq=False)
+class Forbidden(ClientError):
+    """The asking principal is a ``user``; the route is an ``admin``'s (the node list, the metrics)."""
+
+    name: ClassVar[str] = "Forbidden"
+    status: ClassVar[int] = 403
 
 
 @attrs.define(eq=False)

@@ -80,6 +80,8 @@ class TurnSteered(EventPayload):
     turn_id: str
     steer_id: str
     text: str
+    # The principal who decided (``[[principal]]``), when the server has principals.
+    by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -225,6 +227,8 @@ class PermissionReplied(EventPayload):
     decision: Decision
     # The input the person approved the call with, when they changed the model's.
     input: Any = None
+    # The principal who decided (``[[principal]]``), when the server has principals.
+    by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -253,6 +257,8 @@ class FormSubmitted(EventPayload):
     type: ClassVar[str] = "form.submitted"
     form_id: str
     answers: dict[str, str]
+    # The principal who decided (``[[principal]]``), when the server has principals.
+    by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -261,6 +267,8 @@ class FormCancelled(EventPayload):
 
     type: ClassVar[str] = "form.cancelled"
     form_id: str
+    # The principal who decided (``[[principal]]``), when the server has principals.
+    by: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -119,8 +119,8 @@ def turn_queued(session_id: str, turn_id: str, text: str, from_steer: str | None
     return Draft(type=payloads.TurnQueued.type, session_id=session_id, payload=payload)
 
 
-def turn_steered(session_id: str, turn_id: str, steer_id: str, text: str) -> Draft:
-    payload = _turn_steered(turn_id=turn_id, steer_id=steer_id, text=text)
+def turn_steered(session_id: str, turn_id: str, steer_id: str, text: str, by: str | None = None) -> Draft:
+    payload = _turn_steered(turn_id=turn_id, steer_id=steer_id, text=text, by=by)
     return Draft(type=payloads.TurnSteered.type, session_id=session_id, payload=payload)
 
 
@@ -201,11 +201,11 @@ def permission_asked(request: PermissionRequest, *, restored: bool) -> Draft:
     return Draft(type=payloads.PermissionAsked.type, session_id=request.session_id, payload=payload)
 
 
-def permission_replied(request: PermissionRequest) -> Draft:
+def permission_replied(request: PermissionRequest, by: str | None = None) -> Draft:
     # Only a replied request is published as replied, and a replied request has its decision.
     decision = cast(Decision, request.decision)
     payload = _permission_replied(
-        request_id=request.id, session_id=request.session_id, decision=decision, input=request.input
+        request_id=request.id, session_id=request.session_id, decision=decision, input=request.input, by=by
     )
     return Draft(type=payloads.PermissionReplied.type, session_id=request.session_id, payload=payload)
 
@@ -220,13 +220,13 @@ def form_asked(form: Form, *, restored: bool) -> Draft:
     return Draft(type=payloads.FormAsked.type, session_id=form.session_id, payload=payload)
 
 
-def form_submitted(form: Form) -> Draft:
-    payload = _form_submitted(form_id=form.id, answers=dict(form.answers or {}))
+def form_submitted(form: Form, by: str | None = None) -> Draft:
+    payload = _form_submitted(form_id=form.id, answers=dict(form.answers or {}), by=by)
     return Draft(type=payloads.FormSubmitted.type, session_id=form.session_id, payload=payload)
 
 
-def form_cancelled(form: Form) -> Draft:
-    payload = _form_cancelled(form_id=form.id)
+def form_cancelled(form: Form, by: str | None = None) -> Draft:
+    payload = _form_cancelled(form_id=form.id, by=by)
     return Draft(type=payloads.FormCancelled.type, session_id=form.session_id, payload=payload)
 
 

@@ -47,7 +47,12 @@ class Accepted:
 
 
 async def send(
-    runtime: Runtime, session_id: str, text: str, mode: str, expected_turn_id: str | None
+    runtime: Runtime,
+    session_id: str,
+    text: str,
+    mode: str,
+    expected_turn_id: str | None,
+    principal: str | None = None,
 ) -> Accepted:
     """Accept a prompt in ``mode``; returns what it became.
 
@@ -69,7 +74,7 @@ async def send(
         checked = prompt_text(text)  # after the session: an unknown session is the first thing wrong
         if expected_turn_id is not None:
             _check_expected(tx, session_id, expected_turn_id)
-        return accept(runtime, tx, session_id, checked)
+        return accept(runtime, tx, session_id, checked, principal)
 
     accepted = await runtime.store.write(body)
     if accepted.stopped is not None:
@@ -92,23 +97,23 @@ def _check_expected(tx: Transaction, session_id: str, expected: str) -> None:
         )
 
 
-def _queue(runtime: Runtime, tx: Transaction, session_id: str, text: str) -> Accepted:
+def _queue(runtime: Runtime, tx: Transaction, session_id: str, text: str, principal: str | None) -> Accepted:
     turn_id = new_id("turn")
     tx.insert_turn(turn_id, session_id, text, now_rfc3339())
     return Accepted(turn_id=turn_id)
 
 
-def _steer(runtime: Runtime, tx: Transaction, session_id: str, text: str) -> Accepted:
+def _steer(runtime: Runtime, tx: Transaction, session_id: str, text: str, principal: str | None) -> Accepted:
     steer_id = new_id("steer")
     active = tx.active_turn(session_id)
     now = now_rfc3339()
     if active is None or not _takes_steers(runtime, active):
         # No turn will reach another step boundary: the text runs as a turn of its own.
-        tx.insert_steer(steer_id, session_id, None if active is None else active.id, text, now)
+        tx.insert_steer(steer_id, session_id, None if active is None else active.id, text, now, principal)
         steer = tx.get_steer(steer_id)
         assert steer is not None
         return Accepted(turn_id=steers.queue_as_turn(tx, steer), steer_id=steer_id)
-    tx.insert_steer(steer_id, session_id, active.id, text, now)
+    tx.insert_steer(steer_id, session_id, active.id, text, now, principal)
     return Accepted(turn_id=active.id, steer_id=steer_id)
 
 
@@ -125,14 +130,17 @@ def _takes_steers(runtime: Runtime, turn: TurnRow) -> bool:
     return not live.settling and (reason is None or reason.resumable)
 
 
-def _interrupting(runtime: Runtime, tx: Transaction, session_id: str, text: str) -> Accepted:
+def _interrupting(
+    runtime: Runtime, tx: Transaction, session_id: str, text: str, principal: str | None
+) -> Accepted:
     turn_id = new_id("turn")
     tx.insert_turn(turn_id, session_id, text, now_rfc3339())
     tx.put_turn_first(turn_id, session_id)
     turn = tx.interruptible_turn(session_id)
     if turn is None:
         return Accepted(turn_id=turn_id)
-    stop = stops.decide_in(tx, turn.id, Interrupt.by_person("api"), live=runtime.turns.get(turn.id))
+    reason = Interrupt.by_person("api", principal=principal)
+    stop = stops.decide_in(tx, turn.id, reason, live=runtime.turns.get(turn.id))
     return Accepted(turn_id=turn_id, stopped=None if stop is None else (turn.id, stop))
 
 

@@ -64,14 +64,18 @@ class Interrupt:
     # A soft stop: the turn's running step and its calls finished, and the turn stopped at its next
     # step boundary, before asking the model again. Absent for an interrupt that stops at once.
     soft: bool = attrs.field(default=False, kw_only=True)
+    # The principal who interrupted through the API (``[[principal]]``); absent without principals.
+    principal: str | None = attrs.field(default=None, kw_only=True)
     # Set when the stop came down from the parent session's turn (a sub-agent's); else absent.
     parent: ParentLink | None = attrs.field(default=None, kw_only=True)
 
     @classmethod
-    def by_person(cls, by: Literal["api", "embedder"], *, soft: bool = False) -> Interrupt:
-        """A person's interrupt, through the HTTP API or the embedding program; ``soft``: at the
-        turn's next step boundary."""
-        return cls(by=by, soft=soft)
+    def by_person(
+        cls, by: Literal["api", "embedder"], *, soft: bool = False, principal: str | None = None
+    ) -> Interrupt:
+        """A person's interrupt, through the HTTP API (``principal``: who, when the server has
+        principals) or the embedding program; ``soft``: at the turn's next step boundary."""
+        return cls(by=by, soft=soft, principal=principal if by == "api" else None)
 
     def tool_error_type(self, call_id: str) -> ToolErrorType:
         return self.tool_error

@@ -57,6 +57,8 @@ class Session:
     created_at: str
     # The task call that made this sub-agent session; null for a top-level one.
     parent: ParentLink | None
+    # The principal it belongs to (``[[principal]]``), a sub-agent's its parent's; absent when none.
+    owner: str | None = None
 
 
 @attrs.frozen(kw_only=True)

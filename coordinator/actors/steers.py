@@ -31,7 +31,7 @@ def deliver(tx: Transaction, session_id: str, turn_id: str, pending: list[SteerR
         message_id = new_id("msg")
         tx.insert_message(message_id, session_id, turn_id, "user", now_rfc3339())
         tx.add_text_part(message_id, steer.text)
-        tx.emit(events.turn_steered(session_id, turn_id, steer.id, steer.text))
+        tx.emit(events.turn_steered(session_id, turn_id, steer.id, steer.text, steer.sent_by))
         delivered += 1
     return delivered
 

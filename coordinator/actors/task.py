@@ -126,7 +126,9 @@ def _sub_agent(tx: Transaction, link: ParentLink, title: str, session_id: str | 
     """The sub-agent's session id: a new session made now (``session.created``), or ``session_id``."""
     if session_id is None:
         child_id = new_id("ses")
-        tx.insert_session(child_id, title, since, parent=link)
+        # A child belongs to its parent's principal: whoever may see the parent may see its work.
+        _, owner = tx.session_owner(link.session_id)
+        tx.insert_session(child_id, title, since, parent=link, owner=owner)
         created = tx.get_session(child_id)
         assert created is not None
         tx.emit(events.session_created(created))

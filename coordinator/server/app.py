@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from starlette.applications import Starlette
@@ -17,7 +18,7 @@ from coordinator._coordinator import Coordinator
 from coordinator.config import Config
 from coordinator.records import MAX_TEXT, Form, Message, Node, PermissionRequest, QueuedTurn, Session
 from coordinator.server import page, sse
-from coordinator.server.auth import BearerAuth
+from coordinator.server.auth import BearerAuth, Principal, principal_of
 from coordinator.server.bodies import (
     CreateSessionBody,
     FormAnswersBody,
@@ -35,6 +36,7 @@ from coordinator.server.edge import Edge, EdgePolicy
 from coordinator.server.errors import ErrorBoundary, handle_client_error, handle_http_error
 from coordinator.server.observed import RequestMetrics
 from coordinator.server.openapi import Operation, Parameter, openapi_document
+from coordinator.store import Reader
 
 
 def build_app(
@@ -54,7 +56,7 @@ def build_app(
             Middleware(RequestMetrics, metrics=coordinator.metrics),
             Middleware(ErrorBoundary),
             Middleware(Edge, policy=policy),
-            Middleware(BearerAuth, token=server.token),
+            Middleware(BearerAuth, token=server.token, principals=config.principal),
         ],
         exception_handlers={errors.ClientError: handle_client_error, HTTPException: handle_http_error},
     )
@@ -105,6 +107,35 @@ def _coordinator(request: Request) -> Coordinator:
     return coordinator
 
 
+async def _sid(request: Request) -> str:
+    """The path's session id, once the asking principal may see that session: another's answers 404,
+    exactly as one that never existed."""
+    sid: str = request.path_params["sid"]
+    user = _user(request)
+    if user is not None:
+        exists, owner = await _coordinator(request).store.read(lambda reader: reader.session_owner(sid))
+        if not exists or owner != user.name:
+            raise errors.SessionNotFound(message=f"no session {sid!r}", session_id=sid)
+    return sid
+
+
+def _user(request: Request) -> Principal | None:
+    """The asking principal when its role limits it to its own sessions (a ``user``), else None."""
+    principal = principal_of(request)
+    return principal if principal is not None and not principal.is_admin else None
+
+
+def _by(request: Request) -> str | None:
+    """Who decides, for the events that record it (``by``): the asking principal's name, if any."""
+    principal = principal_of(request)
+    return None if principal is None else principal.name
+
+
+def _admin_only(request: Request) -> None:
+    if _user(request) is not None:
+        raise errors.Forbidden(message=f"{request.url.path} is for an admin only")
+
+
 def _json(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(wire.unstructure(value), status_code=status)
 
@@ -140,18 +171,21 @@ async def openapi_json(request: Request) -> Response:
 
 
 async def metrics_text(request: Request) -> Response:
+    _admin_only(request)
     return Response(_coordinator(request).metrics_text(), media_type=metrics.CONTENT_TYPE)
 
 
 async def create_session(request: Request) -> Response:
     body = await read_body(request, CreateSessionBody, empty=CreateSessionBody())
-    return _json(await _coordinator(request).create_session(title=body.title), 201)
+    return _json(await _coordinator(request).create_session(title=body.title, owner=_by(request)), 201)
 
 
 async def list_sessions(request: Request) -> Response:
     limit = _limit_query(request)
     before = request.query_params.get("before") or None
-    page, more = await _coordinator(request).list_sessions_page(limit=limit, before=before)
+    user = _user(request)
+    owner = None if user is None else user.name
+    page, more = await _coordinator(request).list_sessions_page(limit=limit, before=before, owner=owner)
     response = _json(page)
     if more:
         following = request.url.include_query_params(limit=limit, before=page[-1].id)
@@ -172,28 +206,32 @@ def _limit_query(request: Request) -> int:
 
 
 async def get_session(request: Request) -> Response:
-    return _json(await _coordinator(request).get_session(request.path_params["sid"]))
+    return _json(await _coordinator(request).get_session(await _sid(request)))
 
 
 async def delete_session(request: Request) -> Response:
-    await _coordinator(request).delete_session(request.path_params["sid"])
+    await _coordinator(request).delete_session(await _sid(request))
     return Response(status_code=204)
 
 
 async def prompt(request: Request) -> Response:
     body = await read_body(request, PromptBody)
-    coordinator, sid = _coordinator(request), request.path_params["sid"]
+    coordinator, sid, by = _coordinator(request), await _sid(request), _by(request)
     if body.mode == "steer":
-        steered = await coordinator.steer(sid, body.text, expected_turn_id=body.expected_turn_id)
+        steered = await coordinator.steer(
+            sid, body.text, expected_turn_id=body.expected_turn_id, principal=by
+        )
         return _json(PromptAccepted(turn_id=steered.turn_id, steer_id=steered.steer_id), 202)
-    turn_id = await coordinator.prompt(sid, body.text, mode=body.mode, expected_turn_id=body.expected_turn_id)
+    turn_id = await coordinator.prompt(
+        sid, body.text, mode=body.mode, expected_turn_id=body.expected_turn_id, principal=by
+    )
     return _json(PromptAccepted(turn_id=turn_id), 202)
 
 
 async def interrupt(request: Request) -> Response:
     body = await read_body(request, InterruptBody, empty=InterruptBody())
     stopped = await _coordinator(request).interrupt(
-        request.path_params["sid"], by="api", when=body.when, queued=body.queued
+        await _sid(request), by="api", when=body.when, queued=body.queued, principal=_by(request)
     )
     return _json(InterruptResult(interrupted=stopped))
 
@@ -204,51 +242,69 @@ async def list_turns(request: Request) -> Response:
         raise errors.InvalidRequest(
             message=f"query.status: only queued turns are listed, got {status[:40]!r}"
         )
-    return _json(await _coordinator(request).queued_turns(request.path_params["sid"]))
+    return _json(await _coordinator(request).queued_turns(await _sid(request)))
 
 
 async def cancel_turn(request: Request) -> Response:
-    await _coordinator(request).cancel_turn(request.path_params["sid"], request.path_params["tid"])
+    await _coordinator(request).cancel_turn(await _sid(request), request.path_params["tid"])
     return Response(status_code=204)
 
 
 async def resume(request: Request) -> Response:
-    turn_id = await _coordinator(request).resume(request.path_params["sid"])
+    turn_id = await _coordinator(request).resume(await _sid(request))
     return _json(ResumeAccepted(turn_id=turn_id), 202)
 
 
 async def history(request: Request) -> Response:
-    return _json(await _coordinator(request).history(request.path_params["sid"]))
+    return _json(await _coordinator(request).history(await _sid(request)))
 
 
 async def nodes(request: Request) -> Response:
+    _admin_only(request)
     return _json(await _coordinator(request).nodes())
 
 
 async def all_permissions(request: Request) -> Response:
-    return _json(await _coordinator(request).pending_permissions())
+    pending = await _coordinator(request).pending_permissions()
+    user = _user(request)
+    if user is None:
+        return _json(pending)
+    store = _coordinator(request).store
+    owners = {
+        sid: await store.read(functools.partial(_owner, sid)) for sid in {p.session_id for p in pending}
+    }
+    return _json([each for each in pending if owners[each.session_id] == user.name])
+
+
+def _owner(session_id: str, reader: Reader) -> str | None:
+    return reader.session_owner(session_id)[1]
 
 
 async def session_permissions(request: Request) -> Response:
-    return _json(await _coordinator(request).pending_permissions(request.path_params["sid"]))
+    return _json(await _coordinator(request).pending_permissions(await _sid(request)))
 
 
 async def reply_permission(request: Request) -> Response:
     body = await read_body(request, ReplyBody)
     settled = await _coordinator(request).reply_permission(
-        request.path_params["sid"], request.path_params["rid"], body.decision, body.message, input=body.input
+        await _sid(request),
+        request.path_params["rid"],
+        body.decision,
+        body.message,
+        input=body.input,
+        principal=_by(request),
     )
     return _json(ReplyResult(request=settled))
 
 
 async def session_forms(request: Request) -> Response:
-    return _json(await _coordinator(request).pending_forms(request.path_params["sid"]))
+    return _json(await _coordinator(request).pending_forms(await _sid(request)))
 
 
 async def submit_form(request: Request) -> Response:
     body = await read_body(request, FormAnswersBody)
     form = await _coordinator(request).submit_form(
-        request.path_params["sid"], request.path_params["fid"], body.answers
+        await _sid(request), request.path_params["fid"], body.answers, principal=_by(request)
     )
     return _json(form)
 
@@ -258,7 +314,7 @@ async def dismiss_form(request: Request) -> Response:
     if message is not None and len(message) > MAX_TEXT:
         raise errors.InvalidRequest(message=f"query.message: longer than {MAX_TEXT} characters")
     form = await _coordinator(request).dismiss_form(
-        request.path_params["sid"], request.path_params["fid"], message
+        await _sid(request), request.path_params["fid"], message, principal=_by(request)
     )
     return _json(form)
 
@@ -268,7 +324,7 @@ async def all_events(request: Request) -> ASGIApp:
 
 
 async def session_events(request: Request) -> ASGIApp:
-    session = await _coordinator(request).get_session(request.path_params["sid"])
+    session = await _coordinator(request).get_session(await _sid(request))
     return _event_stream(request, session_id=session.id)
 
 
@@ -281,6 +337,7 @@ def _event_stream(request: Request, *, session_id: str | None) -> sse.EventStrea
         keepalive=request.app.state.keepalive,
         deltas=_bool_query(request, "deltas", False),
         descendants=_bool_query(request, "descendants", False),
+        owner=None if (user := _user(request)) is None else user.name,
     )
 
 
@@ -348,7 +405,7 @@ OPERATIONS: tuple[Operation, ...] = (
               endpoint=openapi_json, response=dict[str, Any], open=True),
     Operation(method="GET", path="/metrics", name="metrics",
               summary="This coordinator's metrics in the Prometheus text format (version 0.0.4)",
-              endpoint=metrics_text, response=str, media_type="text/plain"),
+              endpoint=metrics_text, response=str, media_type="text/plain", errors=(errors.Forbidden,)),
     Operation(method="POST", path="/api/session", name="create_session", summary="Create a session",
               endpoint=create_session, status=201, body=CreateSessionBody, body_optional=True,
               response=Session, errors=_CLOSED),
@@ -387,7 +444,7 @@ OPERATIONS: tuple[Operation, ...] = (
               response=list[Message], errors=_SESSION),
     Operation(method="GET", path="/api/node", name="nodes",
               summary="The live nodes sharing the store, oldest first, with the sessions each runs",
-              endpoint=nodes, response=list[Node]),
+              endpoint=nodes, response=list[Node], errors=(errors.Forbidden,)),
     Operation(method="GET", path="/api/permission", name="all_permissions",
               summary="Every pending permission request", endpoint=all_permissions,
               response=list[PermissionRequest]),

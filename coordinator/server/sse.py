@@ -110,6 +110,8 @@ class EventStream:
     keepalive: float = KEEPALIVE_SECONDS
     deltas: bool = False
     descendants: bool = False  # with ``session_id``: its sub-agent sessions' events too
+    # Only the events of this principal's sessions (a ``user``'s stream); None: every session's.
+    owner: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Where the live end is as the stream begins: a client that wants only what comes next (``coordinator
@@ -130,6 +132,7 @@ class EventStream:
         subscription = self.coordinator.subscribe(
             after=self.after, session_id=self.session_id, deltas=self.deltas, descendants=self.descendants
         )
+        owned = Owned(self.coordinator, self.owner)
         async with contextlib.aclosing(subscription):
             while True:
                 batch: list[Event] | None = None
@@ -143,7 +146,9 @@ class EventStream:
                 if batch is None:
                     await _send_body(send, KEEPALIVE_COMMENT)
                 elif batch:
-                    await _send_body(send, b"".join(map(_encoded, batch)))
+                    shown = await owned.visible(batch)
+                    if shown:
+                        await _send_body(send, b"".join(map(_encoded, shown)))
                 else:
                     return  # the coordinator shut down
 
@@ -160,16 +165,48 @@ class EventStream:
             session_id = self.session_id
             family = await read(lambda reader: reader.descendants(session_id))
         sessions = SessionSet(self.session_id, family)
+        owned = Owned(self.coordinator, self.owner)
         while last < high:
             page = await read(
                 functools.partial(_stored_page, after=last, stored_filter=sessions.stored_filter, upto=high)
             )
             if not page:
                 return
-            wanted = [event for event in page if sessions.wants(event)]
+            wanted = await owned.visible([event for event in page if sessions.wants(event)])
             if wanted:
                 await _send_body(send, b"".join(map(encode, wanted)))
             last = page[-1].stored_seq
+
+
+class Owned:
+    """Which events a ``user``'s stream shows: those of its own sessions. Each session's owner is read
+    once (from its ``session.created`` when the stream sees it, else from the store), then kept for
+    the stream's life; a session that is gone shows nothing."""
+
+    def __init__(self, coordinator: Coordinator, owner: str | None) -> None:
+        self._coordinator = coordinator
+        self._owner = owner
+        self._owners: dict[str, str | None] = {}
+
+    async def visible(self, events: list[Event]) -> list[Event]:
+        if self._owner is None:
+            return events
+        for event in events:
+            if event.type == "session.created" and event.session_id is not None:
+                self._owners.setdefault(event.session_id, event.payload["session"].get("owner"))
+        unknown = {
+            e.session_id for e in events if e.session_id is not None and e.session_id not in self._owners
+        }
+        for session_id in unknown:
+            exists, owner = await self._coordinator.store.read(
+                functools.partial(_owner_of, session_id=session_id)
+            )
+            self._owners[session_id] = owner if exists else None
+        return [e for e in events if e.session_id is None or self._owners.get(e.session_id) == self._owner]
+
+
+def _owner_of(reader: Reader, *, session_id: str) -> tuple[bool, str | None]:
+    return reader.session_owner(session_id)
 
 
 async def _send_body(send: Send, body: bytes) -> None:

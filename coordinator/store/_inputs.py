@@ -96,14 +96,20 @@ class InputWrites(SqlReads):
         return self.sql.run(query, args)
 
     def insert_steer(
-        self, steer_id: str, session_id: str, turn_id: str | None, text: str, created_at: str
+        self,
+        steer_id: str,
+        session_id: str,
+        turn_id: str | None,
+        text: str,
+        created_at: str,
+        sent_by: str | None = None,
     ) -> None:
         # Numbered in its session as every row of a session is (``SqlTransaction._insert_numbered``).
         self.sql.serialize(session_id)
         self._run(
-            "INSERT INTO steers(id, session_id, turn_id, text, status, created_at, ord) VALUES "
-            "(?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(ord) + 1, 0) FROM steers WHERE session_id = ?))",
-            (steer_id, session_id, turn_id, text, SteerStatus.PENDING, created_at, session_id),
+            "INSERT INTO steers(id, session_id, turn_id, text, status, created_at, sent_by, ord) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(ord) + 1, 0) FROM steers WHERE session_id = ?))",
+            (steer_id, session_id, turn_id, text, SteerStatus.PENDING, created_at, sent_by, session_id),
         )
 
     def deliver_steer(self, steer_id: str) -> bool:

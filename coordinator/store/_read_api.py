@@ -30,8 +30,13 @@ class Reader(Protocol):
         ...
 
     def list_sessions(self) -> list[Session]: ...
-    def session_page(self, limit: int, before: str | None) -> list[Session] | None:
-        """At most ``limit`` sessions, newest first, older than ``before``; None if ``before`` is unknown."""
+    def session_page(self, limit: int, before: str | None, owner: str | None = None) -> list[Session] | None:
+        """At most ``limit`` sessions, newest first, older than ``before``, of ``owner`` when given;
+        None if ``before`` is unknown (or not ``owner``'s)."""
+        ...
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        """Whether the session exists, and the principal it belongs to (None: nobody's)."""
         ...
 
     def descendants(self, session_id: str) -> list[str]:

@@ -27,7 +27,7 @@ from coordinator.store.rows import CLAIM_ROW, INSTANCE_ROW, ClaimRow, InstanceRo
 # it) when it has one, else the owning instance's id.
 _SESSION_SELECT = """
     SELECT s.id, s.title, s.last_outcome, s.created_at, COALESCE(i.node_id, c.owner), c.state, c.since,
-           s.parent_session_id, s.parent_call_id
+           s.parent_session_id, s.parent_call_id, s.owner
     FROM sessions s LEFT JOIN claims c ON c.session_id = s.id LEFT JOIN instances i ON i.id = c.owner
 """
 
@@ -45,7 +45,9 @@ _FENCE = (
 
 def _session(row: tuple[Any, ...]) -> Session:
     """A session row joined with its claim: the status is the claim's, not a column of its own."""
-    id, title, last_outcome, created_at, owner, state, since, parent_session_id, parent_call_id = row
+    id, title, last_outcome, created_at, owner, state, since, parent_session_id, parent_call_id, principal = (
+        row
+    )
     held = state in (ClaimState.HELD, ClaimState.SUSPENDED)
     status = _SESSION_STATUS.get(state or "", "idle")
     return Session(
@@ -58,6 +60,7 @@ def _session(row: tuple[Any, ...]) -> Session:
         parent=None
         if parent_session_id is None
         else ParentLink(session_id=parent_session_id, call_id=parent_call_id),
+        owner=principal,
     )
 
 
@@ -79,17 +82,27 @@ class SqlReader(TurnReads, WaitReads, InputReads, ProcessGroupReads, api.Reader)
     def list_sessions(self) -> list[Session]:
         return [_session(r) for r in self._all(_SESSION_SELECT + " ORDER BY s.ord")]
 
-    def session_page(self, limit: int, before: str | None) -> list[Session] | None:
+    def session_page(self, limit: int, before: str | None, owner: str | None = None) -> list[Session] | None:
+        mine, args = ("", ()) if owner is None else (" AND s.owner = ?", (owner,))
         if before is None:
-            rows = self._all(_SESSION_SELECT + " ORDER BY s.ord DESC LIMIT ?", (limit,))
+            rows = self._all(
+                _SESSION_SELECT + f" WHERE 1 = 1{mine} ORDER BY s.ord DESC LIMIT ?", (*args, limit)
+            )
         else:
-            cursor = self._one("SELECT ord FROM sessions WHERE id = ?", (before,))
+            # Another principal's session is no cursor for this one: as unknown as one never made.
+            cursor = self._one(f"SELECT s.ord FROM sessions s WHERE s.id = ?{mine}", (before, *args))
             if cursor is None:
                 return None
             rows = self._all(
-                _SESSION_SELECT + " WHERE s.ord < ? ORDER BY s.ord DESC LIMIT ?", (cursor[0], limit)
+                _SESSION_SELECT + f" WHERE s.ord < ?{mine} ORDER BY s.ord DESC LIMIT ?",
+                (cursor[0], *args, limit),
             )
         return [_session(r) for r in rows]
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        """Whether the session exists, and the principal it belongs to."""
+        row = self._one("SELECT owner FROM sessions WHERE id = ?", (session_id,))
+        return (False, None) if row is None else (True, row[0])
 
     def descendants(self, session_id: str) -> list[str]:
         rows = self._all(

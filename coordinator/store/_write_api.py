@@ -28,8 +28,16 @@ class Transaction(Reader, Protocol):
 
     # sessions and turns
     def insert_session(
-        self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
-    ) -> None: ...
+        self,
+        session_id: str,
+        title: str,
+        created_at: str,
+        parent: ParentLink | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Insert a session (``owner``: the principal it belongs to, if any)."""
+        ...
+
     def set_last_outcome(self, session_id: str, outcome: str) -> None: ...
     def delete_session(self, session_id: str) -> int:
         """Delete the session and everything it owns, its events included; returns how many events."""
@@ -56,7 +64,13 @@ class Transaction(Reader, Protocol):
         ...
 
     def insert_steer(
-        self, steer_id: str, session_id: str, turn_id: str | None, text: str, created_at: str
+        self,
+        steer_id: str,
+        session_id: str,
+        turn_id: str | None,
+        text: str,
+        created_at: str,
+        sent_by: str | None = None,
     ) -> None:
         """Accept a text for the running turn's next step boundary (pending; ``turn_id`` None when
         no turn runs: it is queued as a turn of its own in the same transaction)."""

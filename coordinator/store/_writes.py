@@ -84,10 +84,15 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     # sessions -------------------------------------------------------------------------------
     def insert_session(
-        self, session_id: str, title: str, created_at: str, parent: ParentLink | None = None
+        self,
+        session_id: str,
+        title: str,
+        created_at: str,
+        parent: ParentLink | None = None,
+        owner: str | None = None,
     ) -> None:
         parent_session_id, parent_call_id = _link(parent)
-        row: dict[str, Any] = {"id": session_id, "title": title, "created_at": created_at}
+        row: dict[str, Any] = {"id": session_id, "title": title, "created_at": created_at, "owner": owner}
         row |= {"parent_session_id": parent_session_id, "parent_call_id": parent_call_id}
         self._insert_numbered("sessions", row, None, None, "sessions")
 

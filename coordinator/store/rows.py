@@ -69,6 +69,7 @@ class SteerRow:
     status: SteerStatus = attrs.field(converter=SteerStatus)
     queued_turn_id: str | None
     created_at: str
+    sent_by: str | None = None  # the principal who sent it, when the server has principals
 
 
 @attrs.frozen(kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import selectors
@@ -335,3 +336,28 @@ def test_serving_tunes_the_collector_of_its_own_process_only() -> None:
         REPO / "coordinator" / "_coordinator.py"
     ).read_text()
     assert "gc." not in source
+
+
+def test_principal_add_prints_a_token_once_and_keeps_only_its_hash(tmp_path: Path) -> None:
+    """``coordinator principal add NAME``: the token on stdout, the entry (its SHA-256) in the config
+    the server reads; a taken or malformed name is one line, exit 2, and changes nothing."""
+    config = tmp_path / "coordinator.toml"
+    config.write_text("[server]\nport = 4096\n")
+    added = run_cli(tmp_path, "principal", "add", "ada")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    assert len(token) >= 32 and token not in config.read_text()
+    loaded = load_config(config).principal
+    assert [(p.name, p.role) for p in loaded] == [("ada", "user")]
+    assert loaded[0].token_sha256 == hashlib.sha256(token.encode()).hexdigest()
+    admin = run_cli(tmp_path, "principal", "add", "root", "--role", "admin", "--config", str(config))
+    assert admin.returncode == 0 and [p.role for p in load_config(config).principal] == ["user", "admin"]
+    text = config.read_text()
+    for bad in (
+        ("principal", "add", "ada"),
+        ("principal", "add", "Not Valid"),
+        ("principal", "add", "token"),
+    ):
+        refused = run_cli(tmp_path, *bad)
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert config.read_text() == text

@@ -224,12 +224,12 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[logging]\nlevel = 1\n",
             "coordinator.toml: [logging]: unknown section (expected one of [server], [model], [timeouts], "
-            "[store], [limits], [postgres], [[permission]], [[plugin]])",
+            "[store], [limits], [postgres], [[permission]], [[plugin]], [[principal]])",
         ),
         (
             "verbose = true\n",
             "coordinator.toml: verbose: unknown section (expected one of [server], [model], "
-            "[timeouts], [store], [limits], [postgres], [[permission]], [[plugin]])",
+            "[timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], [[principal]])",
         ),
         ("[[server]]\nport = 1\n", "coordinator.toml: [server]: expected a table, got an array"),
         (

@@ -273,4 +273,12 @@ def _v9(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 17: the principal a session belongs to.
+    execute(
+        "ALTER TABLE sessions ADD COLUMN owner TEXT; CREATE INDEX sessions_by_owner ON sessions(owner, ord); "
+        "ALTER TABLE steers ADD COLUMN sent_by TEXT;"
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]

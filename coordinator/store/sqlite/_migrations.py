@@ -346,6 +346,18 @@ def _v16(db: apsw.Connection) -> None:
     )
 
 
+def _v17(db: apsw.Connection) -> None:
+    # Principals: the one a session belongs to (``[[principal]]``; NULL when the server has none, or
+    # for a session an embedder made without one). A user's page of sessions reads by it.
+    db.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN owner TEXT;
+        CREATE INDEX sessions_by_owner ON sessions(owner, ord);
+        ALTER TABLE steers ADD COLUMN sent_by TEXT;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -363,4 +375,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v14,
     _v15,
     _v16,
+    _v17,
 ]
