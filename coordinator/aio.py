@@ -156,7 +156,7 @@ class AioCoordinator:
         decision: str,
         message: str | None = None,
         *,
-        input: Any = None,  # noqa: A002 (the reply's own word, as on the wire)
+        input: Any = None,
         principal: str | None = None,
     ) -> PermissionRequest:
         call = functools.partial(self._coordinator.reply_permission, input=input, principal=principal)
