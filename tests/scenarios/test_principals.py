@@ -16,11 +16,12 @@ import attrs
 import httpx
 import trio
 
+from coordinator.client import CoordinatorClient
 from coordinator.config import PrincipalConfig
 from coordinator.store import open_read_view
 from tests.conftest import running
 from tests.coordinator.server.harness import SHELL_CALL, server_config, serving, then_done
-from tests.model_server import serve_model
+from tests.model_server import Text, serve_model
 
 TOKENS = {"ada": "ada-secret", "bob": "bob-secret", "root": "root-secret"}
 ROLES = {"ada": "user", "bob": "user", "root": "admin"}
@@ -157,3 +158,32 @@ async def test_the_server_token_is_an_admin_and_a_sub_agent_belongs_to_its_paren
         assert {s["title"] for s in (await ada.get("/api/session")).json()} == {"parent", "helper"}
         async with _as(listening.url, "bob") as bob:
             assert (await bob.get("/api/session")).json() == []
+
+
+async def test_a_users_live_stream_never_carries_anothers_events_deltas_included(tmp_path: Path) -> None:
+    """Followed live with deltas while both sessions stream: ada's stream has ada's session only."""
+    async with serve_model(then_done(Text(text="streamed words " * 20, chunk_delay=0.01))) as mock:
+        config = attrs.evolve(server_config(tmp_path, mock), principal=_principals())
+        async with serving(config) as listening, CoordinatorClient(listening.url, TOKENS["ada"]) as ada:
+            seen: list[dict[str, Any]] = []
+
+            async def follow() -> None:
+                async for event in ada.events(after=0, deltas=True):
+                    seen.append(event)
+
+            async with trio.open_nursery() as nursery, _as(listening.url, "bob") as bob:
+                nursery.start_soon(follow)
+                mine = await ada.create_session(title="ada's")
+                theirs = (await bob.post("/api/session", json={"title": "bob's"})).json()
+                await bob.post(f"/api/session/{theirs['id']}/prompt", json={"text": "go"})
+                await ada.prompt(mine.id, "go")
+                with trio.fail_after(15):
+                    while not any(e["type"] == "session.idle" for e in seen):  # noqa: ASYNC110
+                        await trio.sleep(0.02)
+                    async with _as(listening.url, "root") as root:
+                        while len([e for e in await _events(root) if e["type"] == "session.idle"]) < 2:  # noqa: ASYNC110
+                            await trio.sleep(0.02)
+                await trio.sleep(0.2)
+                nursery.cancel_scope.cancel()
+            assert any(e["type"] == "session.text.delta" for e in seen)
+            assert {e["session_id"] for e in seen} == {mine.id}
