@@ -220,11 +220,12 @@ def _serve(args: argparse.Namespace) -> int:
     config = config_from(args.config, db=args.db, host=args.host, port=args.port)
     config = apply_env(config, os.environ)
     host = config.server.host
-    if not is_loopback(host) and not config.server.token:
+    if not is_loopback(host) and not config.server.token and not config.principal:
         if not args.insecure:
             raise ConfigError(
                 f"refusing to serve {host} without a token: anyone who can reach it could run its tools; "
-                "set [server] token (or COORDINATOR_TOKEN), or pass --insecure"
+                "set [server] token (or COORDINATOR_TOKEN), add a principal (coordinator principal add), "
+                "or pass --insecure"
             )
         log.warning("serving_without_token", host=host)
     taken = _port_taken(host, config.server.port)

@@ -8,6 +8,7 @@ reproduction.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 from collections.abc import Iterator
@@ -22,11 +23,15 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events
 
 from coordinator.client import CoordinatorClient
+from coordinator.config import PrincipalConfig
 from coordinator.server.serve import serve
 from tests.coordinator.server.harness import QUESTION_CALL, SHELL_CALL, EventLog, server_config
 from tests.model_server import Reply, Text, serve_model
 
 TOKEN = "schemathesis-token"
+"""``[server] token``: an admin, who sees every session."""
+USER_TOKEN = "schemathesis-user-token"
+"""A ``[[principal]]`` of role user (``ada``), who made the sessions: the run as a person of a team."""
 EXAMPLES = 12
 """Generated cases an operation a phase: bounded, so the run takes seconds, not minutes."""
 
@@ -49,7 +54,7 @@ def _reply(index: int, body: dict[str, Any]) -> Reply:
 
 async def _prepare(url: str) -> Target:
     """Sessions with a pending permission request and a pending form, as a person would leave them."""
-    async with CoordinatorClient(url, TOKEN) as client, trio.open_nursery() as nursery:
+    async with CoordinatorClient(url, USER_TOKEN) as client, trio.open_nursery() as nursery:
         log = EventLog()
         nursery.start_soon(log.follow, client)
         shell = await client.create_session(title="shell")
@@ -73,7 +78,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     async def run() -> None:
         try:
             async with serve_model(_reply) as mock, trio.open_nursery() as nursery:
-                listening = await nursery.start(serve, server_config(tmp_path, mock, token=TOKEN))
+                ada = PrincipalConfig(
+                    name="ada", token_sha256=hashlib.sha256(USER_TOKEN.encode()).hexdigest()
+                )
+                config = attrs.evolve(server_config(tmp_path, mock, token=TOKEN), principal=(ada,))
+                listening = await nursery.start(serve, config)
                 prepared = await _prepare(listening.url)
                 started.put((prepared, trio.lowlevel.current_trio_token(), nursery.cancel_scope))
         except BaseException as exc:
@@ -94,12 +103,12 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         thread.join(timeout=30)
 
 
-def _config(target: Target) -> SchemathesisConfig:
+def _config(target: Target, token: str) -> SchemathesisConfig:
     return SchemathesisConfig.from_dict(
         {
             "seed": 14,
             "base-url": target.url,
-            "headers": {"Authorization": f"Bearer {TOKEN}"},
+            "headers": {"Authorization": f"Bearer {token}"},
             "request-timeout": 5,
             "max-stream-events": 5,
             "checks": {"enabled": True},
@@ -162,9 +171,11 @@ def _describe(recorder: Any, case_id: str, check: Any) -> str:
 
 
 @pytest.mark.slow
-def test_schemathesis_finds_nothing_in_any_operation(target: Target) -> None:
-    """The document must say exactly what the server does: every check over every operation, no finding."""
-    config = _config(target)
+@pytest.mark.parametrize("token", [TOKEN, USER_TOKEN], ids=["admin", "user"])
+def test_schemathesis_finds_nothing_in_any_operation(target: Target, token: str) -> None:
+    """The document must say exactly what the server does: every check over every operation, no
+    finding, for an admin and for a user (who meets 403 on the admin's routes)."""
+    config = _config(target, token)
     schema = schemathesis.openapi.from_url(f"{target.url}/openapi.json", config=config)
     operations = {f"{op.method.upper()} {op.path}" for op in (r.ok() for r in schema.get_all_operations())}
     # Every route but the document itself, which schemathesis leaves out as the schema it loaded.
