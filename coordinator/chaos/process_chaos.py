@@ -6,10 +6,16 @@ random moment sends SIGTERM (a graceful shutdown) or SIGKILL (a crash); then it 
 on the same database, one to three times, and a last time until every turn has settled. The same
 invariants as in-process are then checked from outside: over the database file, the servers' logs
 (``reasonless_cancel``) and this process's children.
+
+The server has two principals (users) and an admin token: sessions are made by either user, the
+person at the keyboard answers as the admin, and each user follows the server's whole event stream
+(deltas included) from every life of the server: no event of another's session may reach it
+(invariant 15).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -38,6 +44,15 @@ CONFIG = """\
 [server]
 db = "{db}"
 shutdown_grace = 5
+token = "{admin}"
+
+[[principal]]
+name = "ada"
+token_sha256 = "{ada}"
+
+[[principal]]
+name = "bob"
+token_sha256 = "{bob}"
 
 [model]
 provider = "scripted"
@@ -75,6 +90,9 @@ SETTLE_SECONDS = 30.0  # for the last server to settle every turn
 STOP_SECONDS = 15.0  # for a server to exit after SIGTERM (its shutdown grace is 5s)
 POLL_SECONDS = 0.05
 _FAULTS = {"SIGTERM": "shutdown", "SIGKILL": "crash"}
+# Who drives a round: the admin answers and interrupts; each user makes and prompts its own sessions.
+TOKENS = {"admin": "chaos-admin-token", "ada": "chaos-ada-token", "bob": "chaos-bob-token"}
+USERS = ("ada", "bob")
 
 
 @attrs.frozen(kw_only=True)
@@ -116,12 +134,16 @@ async def run_round(seed: int, number: int, root: Path) -> RoundResult:
     rng = random.Random(f"{seed}:process:{number}")
     folder = root / f"round-{number}"
     folder.mkdir()
-    (folder / "config.toml").write_text(CONFIG.format(db=folder / "db.sqlite"))
+    digests = {name: hashlib.sha256(TOKENS[name].encode()).hexdigest() for name in USERS}
+    (folder / "config.toml").write_text(
+        CONFIG.format(db=folder / "db.sqlite", admin=TOKENS["admin"], **digests)
+    )
     (folder / "script.json").write_text(json.dumps(SCRIPT))
     record = RunRecord(track_intents=False)
+    owners: dict[str, str] = {}  # session id -> the user that made it
     signals = [rng.choice(("SIGTERM", "SIGKILL")) for _ in range(rng.choice((1, 2, 3)))]
     for life, sent in enumerate([*signals, None]):
-        await _live(record, folder, life, sent, rng)
+        await _live(record, owners, folder, life, sent, rng)
     view = record.phases[-1].view
     violations = check_run(record, view, leftovers=await orphans())
     interrupts = [("interrupt", "http") for _ in record.interrupted_sessions]
@@ -135,18 +157,23 @@ async def run_round(seed: int, number: int, root: Path) -> RoundResult:
     )
 
 
-async def _live(record: RunRecord, folder: Path, life: int, sent: str | None, rng: random.Random) -> None:
+async def _live(
+    record: RunRecord, owners: dict[str, str], folder: Path, life: int, sent: str | None, rng: random.Random
+) -> None:
     """One server's life: start it, drive it, and stop it with ``sent`` (None: once all has settled)."""
     db = folder / "db.sqlite"
     first_seq = _read(db, lambda read: read.last_seq()) if db.exists() else 0
     log_path = folder / f"server-{life}.log"
     with log_path.open("wb") as log:
         proc, url = await _start(folder, log)
+        seen: dict[str, list[dict[str, Any]]] = {user: [] for user in USERS}
         try:
-            async with CoordinatorClient(url, timeout=5) as client:
-                if life == 0:
-                    await _prompt(client, record, rng)
+            async with CoordinatorClient(url, TOKENS["admin"], timeout=5) as client:
                 async with trio.open_nursery() as nursery:
+                    for user in USERS:
+                        nursery.start_soon(_follow, url, user, seen[user])
+                    if life == 0:
+                        await _prompt(url, record, owners, rng)
                     nursery.start_soon(_respond, client, record)
                     if sent is None:
                         await _until_settled(record, db)
@@ -157,6 +184,13 @@ async def _live(record: RunRecord, folder: Path, life: int, sent: str | None, rn
             code = None
             with trio.move_on_after(STOP_SECONDS + 5, shield=True):
                 code = await _stop(proc, sent or "SIGTERM")
+    for user in USERS:
+        sessions = {e["session_id"] for e in seen[user] if e.get("session_id") is not None}
+        strangers = sorted(s for s in sessions if owners.get(s) != user)
+        if strangers:
+            record.violate(
+                15, f"server {life}: {user}'s event stream carried other sessions' events: {strangers}"
+            )
     lines = log_path.read_text(errors="replace").splitlines()
     entries = [json.loads(line) for line in lines if line.startswith("{")]
     record.reasonless += [e for e in entries if e.get("event") == "reasonless_cancel"]
@@ -225,12 +259,25 @@ async def _stop(proc: trio.Process, sent: str) -> int | None:
     return await proc.wait()
 
 
-async def _prompt(client: CoordinatorClient, record: RunRecord, rng: random.Random) -> None:
-    for _ in range(rng.choice((1, 2, 3))):
-        session = await client.create_session("process chaos")
-        record.sessions.append(session.id)
-        for n in range(rng.choice((1, 2))):
-            record.turns[await client.prompt(session.id, f"prompt {n}")] = session.id
+async def _prompt(url: str, record: RunRecord, owners: dict[str, str], rng: random.Random) -> None:
+    for index in range(rng.choice((1, 2, 3))):
+        user = USERS[index % len(USERS)]
+        async with CoordinatorClient(url, TOKENS[user], timeout=5) as client:
+            session = await client.create_session("process chaos")
+            owners[session.id] = user
+            record.sessions.append(session.id)
+            for n in range(rng.choice((1, 2))):
+                record.turns[await client.prompt(session.id, f"prompt {n}")] = session.id
+
+
+async def _follow(url: str, user: str, seen: list[dict[str, Any]]) -> None:
+    """The user's whole event stream, deltas included, from the server's first event, until cancelled."""
+    async with CoordinatorClient(url, TOKENS[user], timeout=5) as client:
+        try:
+            async for event in client.events(after=0, deltas=True):
+                seen.append(event)
+        except (httpx.HTTPError, errors.ClientError):
+            pass  # the server stops: what it sent is checked
 
 
 async def _wander(client: CoordinatorClient, record: RunRecord, rng: random.Random) -> None:
