@@ -356,4 +356,9 @@ async def _settle_stopped(
 
 
 async def _kept_for_restore(turn: TurnScope, call: ToolCallRow, reason: StopReason) -> bool:
+    if not reason.resumable:
+        # Only a shutdown keeps anything: any other stop settles with no read (a read of nothing still
+        # cost a transaction, several round trips on PostgreSQL).
+        await trio.lowlevel.checkpoint()
+        return False
     return await turn.runtime.store.read(lambda reader: settlement.kept_for_restore(reader, call, reason))

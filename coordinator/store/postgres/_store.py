@@ -20,6 +20,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -188,15 +189,23 @@ class PostgresStore:
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
         with self._connection() as conn:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                return query(SqlReader(PsycopgConnection(conn)))
+            # In the BEGIN itself (``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``): a SET
+            # TRANSACTION of its own was one more round trip to the server at every read.
+            conn.isolation_level, conn.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
+            try:
+                with conn.transaction():
+                    return query(SqlReader(PsycopgConnection(conn)))
+            finally:
+                conn.isolation_level, conn.read_only = None, False
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         try:
             with self._pool.connection(timeout=CONNECT_SECONDS) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    _LAST_USED[conn] = time.monotonic()
         except psycopg_pool.PoolTimeout as exc:
             raise errors.StoreBusy(f"no connection of the pool within {CONNECT_SECONDS} s: {exc}") from exc
         except RETRYABLE:
@@ -249,7 +258,7 @@ def open_postgres_store(
             min_size=1,
             max_size=pool_size,
             kwargs={**CONNECTION_KWARGS, "application_name": application_name(instance_id)},
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=_check_if_idle,
             open=False,
             name="coordinator",
         )
@@ -261,6 +270,22 @@ def open_postgres_store(
         yield store
     finally:
         store.close()
+
+
+CHECK_AFTER_IDLE_SECONDS = 2.0
+"""A pooled connection is checked (a round trip to the server) before it is lent only when it has
+been idle this long: one used a moment ago is alive, and a turn's transactions follow each other within
+milliseconds, so checking each cost a turn 14 round trips. An idle one (say, across a restart of the
+server) is still checked, and replaced when it is dead."""
+
+_LAST_USED: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
+
+
+def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check of a connection before it lends it (``psycopg_pool``'s ``check``)."""
+    last = _LAST_USED.get(conn)
+    if last is None or time.monotonic() - last > CHECK_AFTER_IDLE_SECONDS:
+        psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def application_name(instance_id: str | None) -> str:
