@@ -29,7 +29,6 @@ _ACTIVE_TURN = (
     f"SELECT {TURN_ROW.select} FROM turns WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
     f"AND status != '{TurnStatus.QUEUED}' ORDER BY ord LIMIT 1"
 )
-_SOFT_STOP = "SELECT soft_stop FROM turns WHERE id = ?"
 
 
 @attrs.frozen
@@ -79,10 +78,6 @@ class InputReads(SqlReads):
     def queued_turns(self, session_id: str) -> list[TurnRow]:
         return [TURN_ROW.load(row) for row in self._all(_QUEUED_TURNS, (session_id,))]
 
-    def soft_stop_of(self, turn_id: str) -> StopReason | None:
-        row = self._one(_SOFT_STOP, (turn_id,))
-        return None if row is None or row[0] is None else _stop_reason(row[0])
-
 
 def _stop_reason(text: str) -> StopReason:
     reason: StopReason = wire.structure(json.loads(text), StopReason)
@@ -130,10 +125,10 @@ class InputWrites(SqlReads):
 
     def put_turn_first(self, turn_id: str, session_id: str) -> None:
         """Move the queued turn ``turn_id`` ahead of the session's other queued turns."""
-        queued = [row[0] for row in self._all(_QUEUED_ORDS, (session_id,))]
-        if not queued:
-            return
-        first = min(queued)
+        row = self._one(_FIRST_QUEUED_ORD, (session_id, turn_id))
+        if row is None or row[0] is None:
+            return  # no other turn waits: it is first already
+        first = row[0]
         self._run(
             f"UPDATE turns SET ord = ord + 1 WHERE session_id = ? AND status = '{TurnStatus.QUEUED}' "
             "AND parent_call_id IS NULL AND id != ?",
@@ -164,7 +159,7 @@ class InputWrites(SqlReads):
         )
 
 
-_QUEUED_ORDS = (
-    f"SELECT ord FROM turns WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
-    f"AND status = '{TurnStatus.QUEUED}' AND parent_call_id IS NULL"
+_FIRST_QUEUED_ORD = (
+    f"SELECT MIN(ord) FROM turns WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
+    f"AND status = '{TurnStatus.QUEUED}' AND parent_call_id IS NULL AND id != ?"
 )

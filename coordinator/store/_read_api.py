@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from coordinator.events import Event
-from coordinator.reasons import StopReason
 from coordinator.records import Form, Message, Node, PermissionRequest, Rule, Session
 from coordinator.store._inputs import Boundary
 from coordinator.store.rows import (
@@ -95,10 +94,6 @@ class Reader(Protocol):
 
     def queued_turns(self, session_id: str) -> list[TurnRow]:
         """The session's queued turns in the order they will run (a task call's turns left out)."""
-        ...
-
-    def soft_stop_of(self, turn_id: str) -> StopReason | None:
-        """The soft stop waiting for the turn's next step boundary, if any."""
         ...
 
     def sessions_with_queued_turns(self) -> list[str]:
