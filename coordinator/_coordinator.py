@@ -13,6 +13,7 @@ from coordinator.actors.context import Runtime
 from coordinator.bus import Subscription
 from coordinator.config import Config
 from coordinator.logs import get_logger
+from coordinator.mcp.state import ServerState
 from coordinator.metrics import Metrics
 from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 from coordinator.registry import Registry
@@ -54,6 +55,11 @@ class Coordinator:
     def metrics(self) -> Metrics:
         """This coordinator's series, for the server that counts its requests in them."""
         return self._runtime.metrics
+
+    def mcp_servers(self) -> list[ServerState]:
+        """The ``[[mcp]]`` servers: each one's status (``connecting``, ``ready``, ``failed``), the
+        protocol revision it speaks, its tools as the model sees them, and why it failed."""
+        return [] if self._runtime.mcp is None else self._runtime.mcp.states()
 
     def metrics_text(self) -> str:
         """This coordinator's series and the process's (``process_*``) in the Prometheus text format,
@@ -331,7 +337,7 @@ class Coordinator:
         )
 
     async def submit_form(
-        self, session_id: str, form_id: str, answers: Mapping[str, str], *, principal: str | None = None
+        self, session_id: str, form_id: str, answers: Mapping[str, Any], *, principal: str | None = None
     ) -> Form:
         """Answer a question form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         self._check_open()  # a shutdown keeps waits as they are; they are answered after the restart

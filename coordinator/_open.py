@@ -21,6 +21,7 @@ from coordinator.checkpoints import Injector
 from coordinator.clock import now_rfc3339
 from coordinator.config import Config, config_from
 from coordinator.logs import get_logger
+from coordinator.mcp import McpServers
 from coordinator.metrics import Metrics
 from coordinator.models.base import Model
 from coordinator.models.factory import build_model
@@ -99,12 +100,24 @@ async def open_coordinator(
                     tracing=Tracing.configure(tracer_provider),
                     run_turn=session.run_turn,
                 )
+                runtime.mcp = McpServers(
+                    resolved.mcp,
+                    tools=runtime.tools,
+                    store=store,
+                    instance_id=instance.id,
+                    base_dir=resolved.base_dir,
+                    grace=resolved.server.shutdown_grace,
+                )
+                await root.start(runtime.mcp.serve)
                 coordinator = await _start(runtime, instance, root)
                 try:
                     yield coordinator
                 finally:
                     with trio.move_on_after(resolved.server.shutdown_grace + 1, shield=True):
                         await coordinator.shutdown()
+                    # Once no turn runs: every call a server had was stopped (and told) first.
+                    with trio.move_on_after(resolved.server.shutdown_grace + 1, shield=True):
+                        await runtime.mcp.aclose()
                     # What a cleanup that ran out of time left running: this instance's groups still
                     # recorded once its actors ended.
                     with trio.move_on_after(5, shield=True), contextlib.suppress(errors.StoreError):

@@ -34,6 +34,7 @@ from typing import Any
 from coordinator._coordinator import Coordinator
 from coordinator._guest import AioSubscription, Guest
 from coordinator.config import Config
+from coordinator.mcp.state import ServerState
 from coordinator.metrics import Metrics
 from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 
@@ -83,6 +84,9 @@ class AioCoordinator:
 
     async def list_sessions(self) -> list[Session]:
         return await self._guest.call(self._coordinator.list_sessions)
+
+    def mcp_servers(self) -> list[ServerState]:
+        return self._coordinator.mcp_servers()
 
     async def list_sessions_page(
         self, *, limit: int, before: str | None = None, owner: str | None = None
@@ -166,7 +170,7 @@ class AioCoordinator:
         return await self._guest.call(self._coordinator.pending_forms, session_id)
 
     async def submit_form(
-        self, session_id: str, form_id: str, answers: Mapping[str, str], *, principal: str | None = None
+        self, session_id: str, form_id: str, answers: Mapping[str, Any], *, principal: str | None = None
     ) -> Form:
         call = functools.partial(self._coordinator.submit_form, principal=principal)
         return await self._guest.call(call, session_id, form_id, answers)

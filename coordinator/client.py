@@ -21,6 +21,7 @@ import httpx
 
 from coordinator import errors, wire
 from coordinator.logs import get_logger
+from coordinator.mcp.state import ServerState
 from coordinator.records import Form, Message, Node, PermissionRequest, QueuedTurn, Session, Steered
 from coordinator.server.bodies import CreateSessionBody, FormAnswersBody, InterruptBody, PromptBody, ReplyBody
 
@@ -95,6 +96,11 @@ class CoordinatorClient:
         """The live nodes sharing the server's store (``GET /api/node``)."""
         data = await self._call("GET", "/api/node")
         return wire.structure(data, list[Node])  # type: ignore[no-any-return]
+
+    async def mcp_servers(self) -> list[ServerState]:
+        """The MCP servers: status, protocol revision, tools and error of each (``GET /api/mcp``)."""
+        data = await self._call("GET", "/api/mcp")
+        return wire.structure(data, list[ServerState])  # type: ignore[no-any-return]
 
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
@@ -192,7 +198,7 @@ class CoordinatorClient:
         data = await self._call("GET", _session_path(session_id, "form"))
         return wire.structure(data, list[Form])  # type: ignore[no-any-return]
 
-    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, str]) -> Form:
+    async def submit_form(self, session_id: str, form_id: str, answers: Mapping[str, Any]) -> Form:
         """Answer a form. **Raises:** ``FormNotFound``, ``FormAlreadySettled``, ``InvalidRequest``."""
         body = FormAnswersBody(answers=dict(answers))
         data = await self._call("POST", _session_path(session_id, "form", form_id), body=body)

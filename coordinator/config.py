@@ -110,6 +110,28 @@ class PluginConfig:
 
 
 @attrs.frozen(kw_only=True)
+class McpConfig:
+    """``[[mcp]]``: an MCP server whose tools every session may call, as ``NAME__TOOL``.
+
+    It runs as a process speaking on its stdin and stdout (``command``), or is reached over
+    Streamable HTTP (``url``, with ``headers``, where ``${env:NAME}`` is read when it connects).
+    """
+
+    name: str
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = attrs.field(factory=dict)
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = attrs.field(factory=dict)
+    timeout: float = 0
+    """Seconds one call may take; 0: ``[timeouts] tool``."""
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command else "http"
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     """The whole configuration. ``base_dir`` is the config file's folder (for plugins and the script)."""
 
@@ -122,6 +144,7 @@ class Config:
     permission: tuple[Rule, ...] = ()
     plugin: tuple[PluginConfig, ...] = ()
     principal: tuple[PrincipalConfig, ...] = ()
+    mcp: tuple[McpConfig, ...] = ()
     base_dir: Path = attrs.field(factory=Path.cwd)
 
     def with_overrides(self, **overrides: Any) -> Config:
@@ -151,10 +174,17 @@ _TABLES: dict[str, type[Any]] = {
     "limits": LimitsConfig,
     "postgres": PostgresConfig,
 }
-_ARRAYS: dict[str, type[Any]] = {"permission": Rule, "plugin": PluginConfig, "principal": PrincipalConfig}
+_ARRAYS: dict[str, type[Any]] = {
+    "permission": Rule,
+    "plugin": PluginConfig,
+    "principal": PrincipalConfig,
+    "mcp": McpConfig,
+}
 _SECTION_NAMES = (
-    "[server], [model], [timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], [[principal]]"
+    "[server], [model], [timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], "
+    "[[principal]], [[mcp]]"
 )
+MCP_NAME = re.compile(r"^[a-z0-9_-]{1,24}$")
 PRINCIPAL_NAME = re.compile(r"^[a-z0-9_.-]{1,64}$")
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN_ENV = "COORDINATOR_TOKEN"
@@ -178,6 +208,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
     (PostgresConfig, "pool_size"): _Bound(lambda v: 1 <= v <= 1000, "from 1 to 1000"),
     **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
     (StoreConfig, "keep_events_days"): _NON_NEGATIVE,
+    (McpConfig, "timeout"): _NON_NEGATIVE,
 }
 
 
@@ -285,6 +316,8 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
             raise ConfigError(f'expected "module:attribute", got {_describe(entry.entry)}', where)
     principal = tuple(_build_array(table, "principal", label))
     _check_principals(principal, label)
+    mcp = tuple(_build_array(table, "mcp", label))
+    _check_mcp(mcp, label)
     return Config(
         server=server,
         model=model,
@@ -295,6 +328,7 @@ def _config_from_table(table: dict[str, Any], label: str, *, base_dir: Path) -> 
         permission=permission,
         plugin=plugin,
         principal=principal,
+        mcp=mcp,
         base_dir=base_dir,
     )
 
@@ -315,6 +349,32 @@ def _check_principals(principals: tuple[PrincipalConfig, ...], label: str) -> No
             raise ConfigError(
                 "expected the hex SHA-256 of the token (64 characters 0-9a-f)", f"{where}.token_sha256"
             )
+
+
+def _check_mcp(servers: tuple[McpConfig, ...], label: str) -> None:
+    seen: set[str] = set()
+    for index, entry in enumerate(servers):
+        where = f"{label}: [[mcp]][{index}]"
+        if not MCP_NAME.match(entry.name) or "__" in entry.name:
+            raise ConfigError(
+                f"expected a name of [a-z0-9_-], 1 to 24 characters, without '__', got {_describe(entry.name)}",
+                f"{where}.name",
+            )
+        if entry.name in seen:
+            raise ConfigError(f"two [[mcp]] servers are named {entry.name!r}", f"{where}.name")
+        seen.add(entry.name)
+        if bool(entry.command) == bool(entry.url):
+            raise ConfigError("expected either command (a process) or url (Streamable HTTP)", where)
+        if entry.url and not re.match(r"^https?://", entry.url):
+            raise ConfigError(
+                f"expected an http:// or https:// URL, got {_describe(entry.url)}", f"{where}.url"
+            )
+        if entry.headers and not entry.url:
+            raise ConfigError(
+                "headers are sent over HTTP only: give url, or drop headers", f"{where}.headers"
+            )
+        if entry.env and entry.url:
+            raise ConfigError("env is a process's: give command, or drop env", f"{where}.env")
 
 
 TOKEN_PRINCIPAL = "token"
@@ -358,6 +418,8 @@ def _check_value(value: Any, hint: Any, bound: _Bound | None, where: str) -> Any
         return value
     if typing.get_origin(hint) is tuple:
         return _check_words(value, where)
+    if typing.get_origin(hint) is dict:
+        return _check_strings(value, where)
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"expected a string, got {_describe(value)}", where)
@@ -405,6 +467,16 @@ def _check_words(value: Any, where: str) -> tuple[str, ...]:
         if not isinstance(item, str) or not item.strip():
             raise ConfigError(f"expected a non-empty string, got {_describe(item)}", f"{where}[{index}]")
     return tuple(value)
+
+
+def _check_strings(value: Any, where: str) -> dict[str, str]:
+    """A table of strings (``env``, ``headers``)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a table of strings, got {_describe(value)}", where)
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ConfigError(f"expected a string, got {_describe(item)}", f"{where}.{key}")
+    return dict(value)
 
 
 def _describe(value: Any) -> str:

@@ -23,6 +23,7 @@ from coordinator.actors.context import Runtime
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
 from coordinator.logs import get_logger
+from coordinator.mcp.questions import convert_answers
 from coordinator.reasons import Declined, Interrupt, StopReason
 from coordinator.records import MAX_TEXT, MAX_TITLE, Decision, Form, PermissionRequest, Session, Settlement
 from coordinator.statuses import ClaimState, FormStatus, PermissionStatus, TurnStatus
@@ -347,8 +348,8 @@ async def submit_form(
         tx.hold_session(session_id)
         form = _pending_form(tx, session_id, form_id)
         _refuse_if_form_stopping(tx, form_id)
-        _validate_answers(form, answers)
-        if not tx.settle_form(form_id, FormStatus.SUBMITTED, answers=answers):
+        checked = _checked_answers(form, answers)
+        if not tx.settle_form(form_id, FormStatus.SUBMITTED, answers=checked):
             _pending_form(tx, session_id, form_id)  # settled since it was read: answers 409
         submitted = tx.get_form(form_id)
         assert submitted is not None
@@ -417,6 +418,21 @@ def _form_turn(tx: Transaction, form_id: str) -> str:
     row = tx.form_wait_row(form_id)
     assert row is not None
     return row.turn_id
+
+
+def _checked_answers(form: Form, answers: dict[str, Any]) -> dict[str, Any]:
+    """The answers to store: a server's form's converted to its schema's types and checked by it;
+    a ``question`` form's as given, each question answered with a string, options respected.
+
+    **Raises:** ``InvalidRequest`` naming every question whose answer is refused.
+    """
+    if form.schema is not None:
+        converted, problems = convert_answers(form.schema, answers)
+        if problems:
+            raise errors.InvalidRequest(message="; ".join(problems))
+        return converted
+    _validate_answers(form, answers)
+    return answers
 
 
 def _validate_answers(form: Form, answers: dict[str, Any]) -> None:

@@ -162,7 +162,7 @@ class NestedProgress:
 
 @attrs.frozen(kw_only=True)
 class ToolProgress(EventPayload):
-    """A running tool's progress: exactly one of ``nested``, ``log`` or ``detail``."""
+    """A running tool's progress: exactly one of ``nested``, ``log``, ``detail`` or ``progress``."""
 
     type: ClassVar[str] = "session.tool.progress"
     call_id: str
@@ -187,6 +187,23 @@ class ToolProgressDetail(ToolProgress):
     """The tool's latest progress detail, whatever it reported (null included)."""
 
     detail: Any
+
+
+@attrs.frozen(kw_only=True)
+class ServerProgress:
+    """How far an MCP server says its call got: ``progress`` of ``total`` (when it knows), and what it
+    is doing."""
+
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ToolProgressServer(ToolProgress):
+    """An MCP server's progress notification for the call."""
+
+    progress: ServerProgress
 
 
 @attrs.frozen(kw_only=True)
@@ -256,7 +273,7 @@ class FormSubmitted(EventPayload):
 
     type: ClassVar[str] = "form.submitted"
     form_id: str
-    answers: dict[str, str]
+    answers: dict[str, Any]
     # The principal who decided (``[[principal]]``), when the server has principals.
     by: str | None = None
 
@@ -356,6 +373,7 @@ EVENT_PAYLOADS: tuple[type[EventPayload], ...] = (
     ToolProgressNested,
     ToolProgressLog,
     ToolProgressDetail,
+    ToolProgressServer,
     ToolSucceeded,
     ToolFailed,
     PermissionAsked,

@@ -86,6 +86,7 @@ _tool_started = payloads.wire_builder(payloads.ToolStarted)
 _tool_progress_nested = payloads.wire_builder(payloads.ToolProgressNested)
 _tool_progress_log = payloads.wire_builder(payloads.ToolProgressLog)
 _tool_progress_detail = payloads.wire_builder(payloads.ToolProgressDetail)
+_tool_progress_server = payloads.wire_builder(payloads.ToolProgressServer)
 _tool_succeeded = payloads.wire_builder(payloads.ToolSucceeded)
 _tool_failed = payloads.wire_builder(payloads.ToolFailed)
 _permission_asked = payloads.wire_builder(payloads.PermissionAsked)
@@ -183,6 +184,11 @@ def tool_progress_log(session_id: str, call_id: str, line: str) -> Draft:
 
 def tool_progress_detail(session_id: str, call_id: str, detail: Any) -> Draft:
     payload = _tool_progress_detail(call_id=call_id, detail=detail)
+    return Draft(type=payloads.ToolProgress.type, session_id=session_id, payload=payload)
+
+
+def tool_progress_server(session_id: str, call_id: str, progress: payloads.ServerProgress) -> Draft:
+    payload = _tool_progress_server(call_id=call_id, progress=progress)
     return Draft(type=payloads.ToolProgress.type, session_id=session_id, payload=payload)
 
 

@@ -102,16 +102,25 @@ class Question:
 
 @attrs.frozen(kw_only=True)
 class Form:
-    """A question form shown to a person by the ``question`` tool."""
+    """A question form shown to a person: by the ``question`` tool, or asked by an MCP server.
+
+    A server's form names it in ``source`` (``{"mcp": SERVER}``), says what the server asked in
+    ``prompt``, and keeps the JSON Schema it asked with in ``schema``: its answers are converted and
+    checked by that schema (a number, a boolean).
+    """
 
     id: str
     session_id: str
     call_id: str
     questions: list[Question]
     status: FormStatus = attrs.field(converter=FormStatus)
-    answers: dict[str, str] | None = None
+    answers: dict[str, Any] | None = None
     reason: StopReason | None = None
     created_at: str
+    source: dict[str, str] | None = None
+    schema: dict[str, Any] | None = None
+    # What the server said in asking (its questions are the schema's properties).
+    prompt: str | None = None
 
     def settlement(self) -> Settlement:
         """How it was settled, for a late answer (its wire form ``{status, reason?}``)."""

@@ -80,12 +80,13 @@ def write_config(
     timeouts: Mapping[str, Any] | None = None,
     permission: Sequence[Mapping[str, str]] = ASK_SHELL_RULES,
     plugins: Sequence[str] = (),
+    extra: str = "",
 ) -> Path:
     """Write a config file whose model is the OpenAI-compatible ``model_url``.
 
     ``server`` and ``timeouts`` hold keys of those tables; the shutdown grace defaults to 5 seconds so a
     stuck shutdown fails a test quickly. ``plugins`` are ``[[plugin]]`` entries (``module:attribute``,
-    a module may sit in the config file's folder). Returns ``path``.
+    a module may sit in the config file's folder); ``extra`` is TOML appended as it is. Returns ``path``.
     """
     model = {"provider": "openai", "base_url": model_url, "name": "mock", "api_key_env": "COORDINATOR_NO_KEY"}
     lines = _toml_table("[server]", {"shutdown_grace": 5, **(server or {})})
@@ -95,7 +96,7 @@ def write_config(
         lines += _toml_table("[[permission]]", rule)
     for entry in plugins:
         lines += _toml_table("[[plugin]]", {"entry": entry})
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + "\n" + extra)
     return path
 
 

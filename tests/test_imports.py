@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "parts",
         (
             "coordinator.tools",
+            "coordinator.mcp",
             "coordinator.models",
             "coordinator.bus",
             "coordinator.subscription",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -25,6 +25,9 @@ from coordinator.store.rows import TurnRow
 from coordinator.tools.base import Tool
 from coordinator.tools.table import ToolTable
 from coordinator.tracing import NO_SPAN, ActorSpan, Tracing
+
+if TYPE_CHECKING:
+    from coordinator.mcp import McpServers
 
 log = get_logger(__name__)
 
@@ -135,6 +138,8 @@ class Runtime:
     # Each session's settled turns as the model is sent them, so a step converts only the rest.
     conversations: Conversations = attrs.Factory(Conversations)
     injector: Injector | None = None
+    # The ``[[mcp]]`` servers whose tools the table offers while each is ready; None before they start.
+    mcp: McpServers | None = None
     metrics: Metrics = attrs.Factory(Metrics)
     tracing: Tracing = attrs.Factory(Tracing)
     # Set when the coordinator starts shutting down (or is abandoned): decisions are refused from then

@@ -20,7 +20,7 @@ from coordinator import events, wire
 from coordinator.actors import revocation, steers, stops
 from coordinator.clock import now_rfc3339
 from coordinator.ids import new_id
-from coordinator.reasons import Failure, ParentLink, StopReason
+from coordinator.reasons import Failure, ParentLink, Shutdown, StopReason
 from coordinator.records import NestedCall, Partial, PermissionRequest, ToolError
 from coordinator.statuses import CallStatus, ClaimState, FormStatus, PermissionStatus, StepStatus, TurnStatus
 from coordinator.store import Reader, Transaction
@@ -66,6 +66,8 @@ def restorable(read: Reader, call: ToolCallRow) -> bool:
     if call.parent_call_id is not None:
         return False
     session_id, call_id = call.session_id, call.call_id
+    if asked_by_a_server(read, call):
+        return False
     if waits_on_a_person(read, session_id, call_id):
         return True
     request = read.permission_of_call(session_id, call_id, pending=False)
@@ -73,6 +75,13 @@ def restorable(read: Reader, call: ToolCallRow) -> bool:
         return request.status == PermissionStatus.REPLIED and not read.tool_started(session_id, call_id)
     form = read.form_of_call(session_id, call_id, pending=False)
     return form is not None and form.status in (FormStatus.SUBMITTED, FormStatus.CANCELLED)
+
+
+def asked_by_a_server(read: Reader, call: ToolCallRow) -> bool:
+    """Has an MCP server asked the call a question? Its connection is gone after a restart, and
+    the call with it: never restored."""
+    form = read.form_of_call(call.session_id, call.call_id, pending=False)
+    return form is not None and form.source is not None
 
 
 def restored_request(read: Reader, call: ToolCallRow) -> PermissionRequest | None:
@@ -383,6 +392,11 @@ def recover(tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[st
         elif call.parent_call_id is None and runs_a_sub_agent(tx, call):
             recovered.sub_agents.append(call)
     kept = {c.call_id for c, _ in recovered.restorable} | {c.call_id for c in recovered.sub_agents}
+    # A server's question asked the 2025 way dies with the connection that asked it: revoked as at
+    # a shutdown, before the turn goes on (its call fails as interrupted below).
+    for form in tx.pending_forms(turn_id=turn_id):
+        if form.source is not None:
+            revocation.revoke_form(tx, form, Shutdown.of_coordinator())
     restart = Failure.restarted()
     sweep(
         tx, session_id, turn_id, restart, keep=lambda c: c.call_id in kept, error=RESTART_ERROR, tools=tools

@@ -148,7 +148,8 @@ async def _permit_and_run(
 ) -> Any:
     tool = turn.tools.get(call.name)
     if tool is None:
-        raise ToolFailure(type="error", message=f"unknown tool {call.name!r}")
+        why = turn.runtime.tools.why_missing(call.name)
+        raise ToolFailure(type="error", message=why or f"unknown tool {call.name!r}")
     if not isinstance(call.input, dict):
         raise ToolFailure(type="error", message="tool input must be a JSON object")
     # A resumed task call was let run before the restart (its sub-agent's turn started): no asking.
@@ -213,7 +214,9 @@ async def _run_bounded(
     record_start: bool,
 ) -> Any:
     """Run the tool under its ``[timeouts]`` deadline; a passed deadline fails the call as timeout."""
-    limit = None if tool.deadline_scope is None else turn.runtime.config.timeouts.limit(tool.deadline_scope)
+    limit = tool.deadline_seconds
+    if limit is None and tool.deadline_scope is not None:
+        limit = turn.runtime.config.timeouts.limit(tool.deadline_scope)
     if limit is not None:
         assert tool.deadline_scope is not None
         running.deadline_reason = Timeout.deadline(tool.deadline_scope, limit)

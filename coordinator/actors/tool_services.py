@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import math
 import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -18,12 +20,20 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.actors.settlement import preview
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ToolFailure
+from coordinator.event_payloads import ServerProgress
 from coordinator.records import NestedCall, Question
 from coordinator.statuses import CallStatus, FormStatus
 from coordinator.store import Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools import execute_script
-from coordinator.tools.base import CallResult, Capabilities, FormReply, ToolContext, capabilities_of
+from coordinator.tools.base import (
+    CallResult,
+    Capabilities,
+    FormReply,
+    ServerAsks,
+    ToolContext,
+    capabilities_of,
+)
 from coordinator.tools.process_group import GroupOwner, StoredGroups
 
 
@@ -60,6 +70,7 @@ def build_context(
     # A stop reaches the tool through its run's handle: the turn's reason, or its own deadline's.
     context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
+    context.publish_progress = services.publish_progress
     owner = GroupOwner(instance_id=turn.runtime.instance_id, session_id=turn.session_id, call_id=call.call_id)
     context.process_groups = StoredGroups(turn.runtime.store, owner)
     if turn.runtime.lives is not None:
@@ -103,11 +114,13 @@ class _Services:
         self.context.latest_progress = detail
         self.context.progress_changed.set()
 
-    async def open_form(self, questions: list[Question]) -> FormReply:
+    async def open_form(self, questions: list[Question], *, asked: ServerAsks | None = None) -> FormReply:
         turn, call = self.turn, self.call
-        asking = wait.QuestionWait(questions=questions)
-        restorable = call.parent_call_id is None
-        form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
+        asking = wait.QuestionWait(questions=questions, server_asks=asked)
+        # A server's question cannot outlive its connection: a shutdown revokes it.
+        restorable = call.parent_call_id is None and asked is None
+        with _deadline_paused(self.handle.scope):
+            form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
         if form.status == FormStatus.SUBMITTED:
             return FormReply(answers=dict(form.answers or {}))
         row = await turn.runtime.store.read(lambda reader: reader.form_wait_row(form.id))
@@ -142,10 +155,35 @@ class _Services:
             run_turn=run_turn,
         )
 
+    async def publish_progress(self, progress: ServerProgress) -> None:
+        self.context.latest_progress = wire.unstructure(progress)
+        published = events.tool_progress_server(self.turn.session_id, self.call.call_id, progress)
+
+        def store(tx: Transaction) -> None:
+            tx.set_tool_progress(self.call.session_id, self.call.call_id, self.context.latest_progress)
+            tx.emit(published)
+
+        await self.turn.journal.write(store)
+
     async def write_log(self, line: str) -> None:
         self.context.logs.append(line)
         logged = events.tool_progress_log(self.turn.session_id, self.call.call_id, line)
         await self.turn.journal.write(lambda tx: tx.emit(logged))
+
+
+@contextlib.contextmanager
+def _deadline_paused(scope: trio.CancelScope) -> Iterator[None]:
+    """While a person answers a form, the tool's deadline does not run: what was left of it is left
+    again once the form is answered."""
+    if scope.deadline == math.inf:
+        yield
+        return
+    left = scope.deadline - trio.current_time()
+    scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        scope.deadline = trio.current_time() + left
 
 
 async def _start_nested(

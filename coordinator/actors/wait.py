@@ -34,6 +34,7 @@ from coordinator.records import Decision, Form, PermissionRequest, Question
 from coordinator.statuses import PENDING_WAIT, FormStatus, PermissionStatus
 from coordinator.store import Reader, Transaction
 from coordinator.store.rows import WaitRow
+from coordinator.tools.base import ServerAsks
 from coordinator.tracing import ActorSpan, Tracing
 
 log = get_logger(__name__)
@@ -330,6 +331,8 @@ class QuestionWait:
     id_key: ClassVar[str] = "form_id"
 
     questions: list[Question]
+    # An MCP server's question: the form names the server and keeps the schema of its answers.
+    server_asks: ServerAsks | None = None
 
     def answered_at_restore(self) -> Form | None:
         return None
@@ -346,6 +349,9 @@ class QuestionWait:
             questions=self.questions,
             status=FormStatus.PENDING,
             created_at=now_rfc3339(),
+            source=None if self.server_asks is None else {"mcp": self.server_asks.server},
+            schema=None if self.server_asks is None else self.server_asks.schema,
+            prompt=None if self.server_asks is None else self.server_asks.prompt,
         )
 
     def insert(self, tx: Transaction, asked: Form, turn_id: str, deadline_at: float | None) -> None:

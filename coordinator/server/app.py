@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 from coordinator import errors, metrics, wire
 from coordinator._coordinator import Coordinator
 from coordinator.config import Config
+from coordinator.mcp import ServerState
 from coordinator.records import MAX_TEXT, Form, Message, Node, PermissionRequest, QueuedTurn, Session
 from coordinator.server import page, sse
 from coordinator.server.auth import BearerAuth, Principal, principal_of
@@ -264,6 +265,11 @@ async def nodes(request: Request) -> Response:
     return _json(await _coordinator(request).nodes())
 
 
+async def mcp_servers(request: Request) -> Response:
+    # Every principal may see them: their tools are offered to every session.
+    return _json(_coordinator(request).mcp_servers())
+
+
 async def all_permissions(request: Request) -> Response:
     pending = await _coordinator(request).pending_permissions()
     user = _user(request)
@@ -445,6 +451,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="GET", path="/api/node", name="nodes",
               summary="The live nodes sharing the store, oldest first, with the sessions each runs",
               endpoint=nodes, response=list[Node], errors=(errors.Forbidden,)),
+    Operation(method="GET", path="/api/mcp", name="mcp_servers",
+              summary="The MCP servers: each one's status, protocol revision, tools, and why it failed",
+              endpoint=mcp_servers, response=list[ServerState]),
     Operation(method="GET", path="/api/permission", name="all_permissions",
               summary="Every pending permission request", endpoint=all_permissions,
               response=list[PermissionRequest]),

@@ -81,11 +81,23 @@ class ReplyBody:
     input: dict[str, Any] | None = None
 
 
+ANSWER_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "array", "items": {"type": "string"}},
+    ]
+}
+"""What one answer may be: text, or a JSON value a server's schema takes."""
+
+
 @attrs.frozen(kw_only=True)
 class FormAnswersBody:
-    """``POST /api/session/{sid}/form/{fid}``: an answer for every question, by question id."""
+    """``POST /api/session/{sid}/form/{fid}``: an answer for every question, by question id: text, or
+    for a form an MCP server asked, the JSON value its schema takes (a number, a boolean, a list)."""
 
-    answers: dict[str, str]
+    answers: dict[str, Any] = attrs.field(metadata={"schema": {"additionalProperties": ANSWER_SCHEMA}})
 
 
 @attrs.frozen(kw_only=True)

@@ -203,7 +203,7 @@ class Transaction(Reader, Protocol):
         form_id: str,
         status: FormStatus,
         *,
-        answers: dict[str, str] | None = None,
+        answers: dict[str, Any] | None = None,
         message: str | None = None,
         reason: StopReason | None = None,
     ) -> bool: ...

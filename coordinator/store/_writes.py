@@ -370,6 +370,9 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
             "status": FormStatus.PENDING,
             "created_at": form.created_at,
             "deadline_at": deadline_at,
+            "source": None if form.source is None else dump_json(form.source),
+            "schema": None if form.schema is None else dump_json(form.schema),
+            "prompt": form.prompt,
         }
         self._insert_numbered("forms", row, None, None, "forms")
 
@@ -378,7 +381,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         form_id: str,
         status: FormStatus,
         *,
-        answers: dict[str, str] | None = None,
+        answers: dict[str, Any] | None = None,
         message: str | None = None,
         reason: StopReason | None = None,
     ) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
+from coordinator.event_payloads import ServerProgress
 from coordinator.models.base import ToolSpec
 from coordinator.reasons import StopReason
 from coordinator.records import NestedCall, Question, ToolError
@@ -21,14 +22,32 @@ from coordinator.tools.process_group import GroupRecords
 class FormReply:
     """A person's answer to a form: ``answers`` when submitted, or None with feedback when dismissed."""
 
-    answers: dict[str, str] | None
+    answers: dict[str, Any] | None
     message: str | None = None
 
 
-class FormOpener(Protocol):
-    """Shows a form to a person and waits for the answer (the ``question`` tool uses it)."""
+@attrs.frozen
+class ServerAsks:
+    """A form an MCP server asked for: which server, and the JSON Schema its answers must fit.
 
-    async def __call__(self, questions: list[Question]) -> FormReply: ...
+    Such a form cannot outlive the server's connection: a shutdown revokes it rather than keeping it
+    for the next start.
+    """
+
+    server: str
+    schema: dict[str, Any]
+    prompt: str
+
+
+class FormOpener(Protocol):
+    """Shows a form to a person and waits for the answer (the ``question`` tool uses it, and an MCP
+    server's question, ``asked`` by that server).
+
+    While the form waits, the tool's own deadline is paused: a person's time to answer is bounded
+    by ``[timeouts] question`` alone.
+    """
+
+    async def __call__(self, questions: list[Question], *, asked: ServerAsks | None = None) -> FormReply: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +133,8 @@ class ToolContext:
     # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells
     # its server); None while it runs, and when it fails or succeeds on its own.
     stop_reason: Callable[[], StopReason | None] = lambda: None
+    # Stores and publishes one progress report of an MCP server at once, in order (none coalesced).
+    publish_progress: Callable[[ServerProgress], Awaitable[None]] | None = None
     latest_progress: Any = None
     progress_changed: trio.Event = attrs.Factory(trio.Event)
 
@@ -164,6 +185,8 @@ class Tool:
     # decides by it whether the tool's awaits are checkpoints (``checkpoints.Injector.observes``).
     plugin_module: str | None = None
     capabilities: Capabilities = PLAIN
+    # Seconds a call may take instead of its ``[timeouts]`` key's (an MCP server's ``timeout``).
+    deadline_seconds: float | None = None
 
     @property
     def name(self) -> str:

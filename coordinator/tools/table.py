@@ -14,7 +14,7 @@ asking for the tools, a call finding its tool) is a dictionary lookup.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from coordinator.logs import get_logger
 from coordinator.tools.base import Tool
@@ -36,6 +36,8 @@ class ToolTable:
         # when first read after a change.
         self._shared: Mapping[str, Tool] | None = None
         self._own: dict[str, Mapping[str, Tool]] = {}
+        # What a provider says of a name it does not offer now (its server is not ready), by provider.
+        self._explainers: dict[str, Callable[[str], str | None]] = {}
 
     def for_session(self, session_id: str) -> Mapping[str, Tool]:
         """The tools ``session_id`` may call now, by name, in the order the model is offered them."""
@@ -66,6 +68,17 @@ class ToolTable:
         if not scope:
             del self._provided[session_id]
         self._changed(session_id)
+
+    def explain_absence(self, provider: str, explain: Callable[[str], str | None]) -> None:
+        """Let ``provider`` say why a tool name it may offer is not offered now (``why_missing``)."""
+        self._explainers[provider] = explain
+
+    def why_missing(self, name: str) -> str | None:
+        """Why no tool is called ``name`` now, when a provider knows (its server is not ready)."""
+        for explain in self._explainers.values():
+            if (why := explain(name)) is not None:
+                return why
+        return None
 
     def forget_session(self, session_id: str) -> None:
         """Drop what was provided to ``session_id`` alone (the session was deleted)."""

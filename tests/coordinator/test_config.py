@@ -224,12 +224,14 @@ def test_wrong_type_range_or_word_names_the_key(tmp_path: Path, text: str, expec
         (
             "[logging]\nlevel = 1\n",
             "coordinator.toml: [logging]: unknown section (expected one of [server], [model], [timeouts], "
-            "[store], [limits], [postgres], [[permission]], [[plugin]], [[principal]])",
+            "[store], [limits], [postgres], [[permission]], [[plugin]], "
+            "[[principal]], [[mcp]])",
         ),
         (
             "verbose = true\n",
             "coordinator.toml: verbose: unknown section (expected one of [server], [model], "
-            "[timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], [[principal]])",
+            "[timeouts], [store], [limits], [postgres], [[permission]], [[plugin]], "
+            "[[principal]], [[mcp]])",
         ),
         ("[[server]]\nport = 1\n", "coordinator.toml: [server]: expected a table, got an array"),
         (

@@ -281,4 +281,24 @@ def _v10(execute: Callable[[str], Any]) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
+def _v11(execute: Callable[[str], Any]) -> None:
+    # As SQLite's version 18: the server an MCP form came from, and the JSON Schema of its answers.
+    execute(
+        "ALTER TABLE forms ADD COLUMN source TEXT; ALTER TABLE forms ADD COLUMN schema TEXT; "
+        "ALTER TABLE forms ADD COLUMN prompt TEXT;"
+    )
+
+
+MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [
+    _v1,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v10,
+    _v11,
+]

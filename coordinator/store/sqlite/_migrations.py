@@ -358,6 +358,15 @@ def _v17(db: apsw.Connection) -> None:
     )
 
 
+def _v18(db: apsw.Connection) -> None:
+    # A form an MCP server asked: which server (``{"mcp": NAME}``), the JSON Schema of its answers, and
+    # what the server said in asking.
+    db.execute(
+        "ALTER TABLE forms ADD COLUMN source TEXT; ALTER TABLE forms ADD COLUMN schema TEXT; "
+        "ALTER TABLE forms ADD COLUMN prompt TEXT;"
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v1,
     _v2,
@@ -376,4 +385,5 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     _v15,
     _v16,
     _v17,
+    _v18,
 ]

@@ -259,7 +259,7 @@ BAD_INPUT = [
     ("POST", "/api/session/{sid}/permission/per_x/reply", b'{"decision": true}', "InvalidRequest", "body.decision"),
     ("POST", "/api/session/{sid}/permission/per_x/reply", b'{"decision": "once", "message": 3}', "InvalidRequest", "body.message"),
     ("POST", "/api/session/{sid}/permission/per_x/reply", b'{"decision": "once"}', "PermissionNotFound", "per_x"),
-    ("POST", "/api/session/{sid}/form/frm_x", b'{"answers": {"q1": 1}}', "InvalidRequest", "body.answers.q1"),
+    ("POST", "/api/session/{sid}/form/frm_x", b'{"answers": {"q1": {"a": 1}}}', "InvalidRequest", "body.answers.q1"),
     ("POST", "/api/session/{sid}/form/frm_x", b'{"answers": []}', "InvalidRequest", "body.answers"),
     ("POST", "/api/session/{sid}/form/frm_x", b'{"answers": {"q1": "yes"}}', "FormNotFound", "frm_x"),
     ("DELETE", "/api/session/{sid}/form/frm_x", b"", "FormNotFound", "frm_x"),
@@ -386,6 +386,7 @@ async def test_an_unexpected_failure_is_a_500_internal_error_without_its_details
 
 
 CONTRACT_ROUTES = {
+    ("get", "/api/mcp"),
     ("get", "/health"),
     ("get", "/openapi.json"),
     ("get", "/metrics"),
