@@ -35,6 +35,7 @@ GROUPS = (
     "instructions",
     "aio",
     "steering",
+    "mcp",
 )
 
 
@@ -112,6 +113,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         history,
         http_api,
         instructions,
+        mcp,
         metrics_cost,
         peer,
         pg,
@@ -170,5 +172,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await aio.measure_aio(workdir, sizes))
         elif group == "steering":
             figures.update(await steering.measure_steering(workdir, sizes))
+        elif group == "mcp":
+            figures.update(await mcp.measure_mcp(workdir, sizes))
         print(f" {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return figures

@@ -46,6 +46,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="aio_turn_cpu_ratio", workload="that over the same turns through the trio API, same group", unit="ratio", target=1.15, higher_is_better=False),
     Figure(key="aio_loop_lag_ms_p99", workload="host loop's 1 ms timer, lateness p99, 100 sessions' turns via aio", unit="ms", target=5, higher_is_better=False),
     Figure(key="steer_delivery_ms_p99", workload="a steer, beyond its step boundary (a 50 ms tool call), to its delivery at a subscriber, p99", unit="ms", target=5, higher_is_better=False),
+    Figure(key="mcp_call_overhead_ms", workload="an MCP call through our client over the bare SDK's, same stdio server, medians", unit="ms", target=1, higher_is_better=False),
+    Figure(key="mcp_stop_to_cancel_ms_p99", workload="interrupt() to the MCP server receiving notifications/cancelled, p99", unit="ms", target=5, higher_is_better=False),
     Figure(key="turns_per_s_normal", workload="sequential turns (NORMAL)", unit="turns/s"),
     Figure(key="turns_per_s_concurrent", workload="100 concurrent sessions (FULL)", unit="turns/s", target=1000),
     Figure(key="turns_per_s_concurrent_1_process", workload="the same 100 sessions in a child process (FULL)", unit="turns/s"),

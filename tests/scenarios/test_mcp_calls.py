@@ -34,7 +34,9 @@ def mcp_config(tmp_path: Path, **overrides: Any) -> tuple[Config, Path]:
 def recorded(record: Path) -> list[dict[str, Any]]:
     if not record.exists():
         return []
-    return [json.loads(line) for line in record.read_text().splitlines()]
+    # The server may be writing its last line: only whole lines are read.
+    lines = record.read_text().split("\n")[:-1]
+    return [json.loads(line) for line in lines]
 
 
 async def until_ready(coord: Coordinator) -> None:
