@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 # What testing needs beyond running (pytest, linters, schemathesis, playwright, the bench's peer):
 # installed by the targets that test, not by `make setup`, which is all someone who runs it needs.
 DEV_STAMP := $(VENV)/.installed-dev
+# An MCP server written by others (npm's server-everything), for tests/scenarios/test_mcp_third_party.py.
+MCP_PEERS := tests/mcp/node_modules/.package-lock.json
 
 .PHONY: setup run demo test unit lint fmt chaos bench soak model mutants clean
 
@@ -31,8 +33,12 @@ test: lint unit
 
 # Two workers (the machine has two cores): every scenario runs on SQLite and on PostgreSQL.
 TEST_WORKERS ?= 2
-unit: $(DEV_STAMP)
+unit: $(DEV_STAMP) $(MCP_PEERS)
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
+
+$(MCP_PEERS): tests/mcp/package.json tests/mcp/package-lock.json
+	@if command -v npm >/dev/null; then cd tests/mcp && npm ci --no-audit --no-fund --silent; \
+	else echo "npm not found: the tests with npm's MCP server will skip (CI=true fails them)"; fi
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check coordinator tests examples

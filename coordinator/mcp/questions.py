@@ -34,15 +34,16 @@ def questions_of(schema: dict[str, Any], message: str) -> list[Question]:
 
 
 def _options(prop: dict[str, Any]) -> list[str] | None:
+    """The values a property takes: its ``enum``, or its titled ``oneOf``/``anyOf`` constants; for an
+    array (a multiple choice), its items'."""
+    items = prop.get("items")
+    if prop.get("type") == "array" and isinstance(items, dict):
+        prop = items
     enum = prop.get("enum")
-    if enum is None and prop.get("type") == "array" and isinstance(prop.get("items"), dict):
-        enum = prop["items"].get("enum")
     if enum is None:
         titled = prop.get("oneOf") or prop.get("anyOf")
         if isinstance(titled, list):
-            enum = [
-                option.get("const") for option in titled if isinstance(option, dict) and "const" in option
-            ]
+            enum = [option["const"] for option in titled if isinstance(option, dict) and "const" in option]
     return None if not enum else [str(value) for value in enum]
 
 
