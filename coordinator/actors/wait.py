@@ -338,6 +338,9 @@ class QuestionWait:
         return None
 
     def kept(self, tx: Transaction, session_id: str, call_id: str) -> Form | None:
+        # A server asks one call many questions: only a call restored after a restart has one kept.
+        if self.server_asks is not None and not self.server_asks.restoring:
+            return None
         latest = tx.form_of_call(session_id, call_id, pending=False)
         return latest if latest is not None and latest.status != FormStatus.REVOKED else None
 

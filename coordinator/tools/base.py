@@ -30,13 +30,18 @@ class FormReply:
 class ServerAsks:
     """A form an MCP server asked for: which server, and the JSON Schema its answers must fit.
 
-    Such a form cannot outlive the server's connection: a shutdown revokes it rather than keeping it
-    for the next start.
+    A question asked the 2025 way cannot outlive the server's connection: a shutdown revokes its
+    form. One asked the 2026-07-28 way carries ``resume`` and is kept like any form.
     """
 
     server: str
     schema: dict[str, Any]
     prompt: str
+    # What a retry of the call after a restart needs (a 2026-07-28 question: its key, the server's
+    # ``requestState``, the round's earlier answers); None for a question that dies with the connection.
+    resume: dict[str, Any] | None = None
+    # The call was restored after a restart: its kept form is shown again (or its answer returned).
+    restoring: bool = False
 
 
 class FormOpener(Protocol):

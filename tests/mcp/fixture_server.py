@@ -134,6 +134,20 @@ async def ask(ctx: Context) -> str:
     return f"no profile: {answer.action}"
 
 
+class Pick(BaseModel):
+    color: Literal["red", "green", "blue"]
+
+
+@server.tool()
+async def ask_twice(ctx: Context) -> str:
+    """Ask two questions in one call."""
+    first = await ctx.elicit("First question", Pick)
+    second = await ctx.elicit("Second question", Pick)
+    record(kind="answers", first=first.action, second=second.action)
+    colors = [a.data.color if isinstance(a, AcceptedElicitation) else a.action for a in (first, second)]
+    return " then ".join(colors)
+
+
 if __name__ == "__main__":
     if os.environ.get("FIXTURE_CHILD"):
         # A child in the server's own group, as an npx-wrapped server has: it outlives a server that

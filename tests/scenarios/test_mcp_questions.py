@@ -158,3 +158,19 @@ async def test_a_shutdown_revokes_a_servers_question_and_the_resume_asks_the_mod
         await recorder.wait_until(lambda e: e.type == "session.idle" and e.seq > before)
         assert not [e for e in recorder.of("form.asked") if e.payload.get("restored")]
         assert recorder.of("session.execution.succeeded")
+
+
+async def test_two_questions_of_one_call_are_two_forms_each_answered_once(tmp_path: Path) -> None:
+    config, _ = mcp_config(tmp_path)
+    async with running(config, [calls(("fx__ask_twice", {})), {"text": "ok"}]) as (coord, recorder):
+        await until_ready(coord)
+        session = await coord.create_session(title="t")
+        await coord.prompt(session.id, "go")
+        first = (await recorder.wait_for("form.asked")).payload["form"]
+        await coord.submit_form(session.id, first["id"], {"color": "red"})
+        second = (await recorder.wait_for("form.asked", 2)).payload["form"]
+        assert second["id"] != first["id"] and second["prompt"] == "Second question"
+        await coord.submit_form(session.id, second["id"], {"color": "blue"})
+        await recorder.wait_for("session.idle")
+        output = recorder.of("session.tool.succeeded")[0].payload["output"]
+        assert output["content"][0]["text"] == "red then blue"
