@@ -77,7 +77,11 @@ async def run_call(server: McpServer, tool: str, context: ToolContext, arguments
 
 @contextlib.asynccontextmanager
 async def _turn_to_ask(server: McpServer, asker: Asker) -> AsyncIterator[None]:
-    """The call's turn on the connection: a question the server asks now is this call's."""
+    """The call's turn on the connection: a question the server asks now is this call's. A
+    2026-07-28 server's question is its call's own result: its calls need no turns."""
+    if server.modern:
+        yield
+        return
     async with server.calls:
         server.asking = asker
         try:

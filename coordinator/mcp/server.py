@@ -16,8 +16,10 @@ from typing import Any
 import attrs
 import mcp.types as types
 import trio
-from mcp import ClientSession
+from mcp import ClientSession, MCPError
 from mcp.client.session import ClientRequestContext
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost, listen
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from coordinator.config import McpConfig
 from coordinator.errors import ToolFailure
@@ -66,8 +68,10 @@ class McpServer:
     session: ClientSession | None = None
     # The call whose questions the server's ``elicitation/create`` requests are: the one call running.
     asking: Any = None
-    # Calls that could ask are serialised: a 2025 revision's question does not say which call it is for.
+    # Calls that could ask are serialised: a 2025 revision's question does not say which call it is
+    # for. A 2026-07-28 server (``modern``) returns its question as the call's own result instead.
     calls: trio.Lock = attrs.Factory(trio.Lock)
+    modern: bool = False
     outbox: Outbox | None = None
     _events: trio.MemorySendChannel[str] | None = None
 
@@ -109,13 +113,15 @@ class McpServer:
         delay = FIRST_RETRY
         while True:
             output = ServerOutput()
+            # The transports are task groups: what ends a connection comes wrapped in a group, maybe
+            # beside the cancellation of a coordinator that closes, which goes on up.
             try:
                 await self._connect_and_serve(output)
-            except ServerLost as lost:
-                self._failed(str(lost), output)
+            except* ServerLost as lost:
+                self._failed(str(lost.exceptions[0]), output)
                 delay = FIRST_RETRY
-            except Exception as exc:  # a server that cannot start, or breaks the protocol
-                self._failed(_describe(exc), output)
+            except* Exception as failed:  # a server that cannot start, or breaks the protocol
+                self._failed(_describe(failed), output)
             await trio.sleep(delay)
             delay = min(delay * 2, LAST_RETRY)
 
@@ -142,17 +148,23 @@ class McpServer:
                 ) as session,
             ):
                 with trio.fail_after(CONNECT_SECONDS):
-                    started = await session.initialize()
+                    self.protocol = await _negotiate(session)
                     listed = await _list_tools(session)
                 self.session = session
-                self.protocol = started.protocol_version
+                self.modern = self.protocol in MODERN_PROTOCOL_VERSIONS
                 self._offer(listed)
                 self.status = "ready"
                 log.info("mcp_server_ready", server=self.name, protocol=self.protocol, tools=len(listed))
-                await self._follow(session, events_out)
+                async with trio.open_nursery() as nursery:
+                    if self.modern:
+                        nursery.start_soon(self._listen, session)
+                    why = await self._follow(session, events_out)
+                    nursery.cancel_scope.cancel(reason="the connection ended")
+                raise ServerLost(why)
         finally:
             self._events = None
             self.session = None
+            self.modern = False
             self.tool_names = ()
             self.tools.withdraw(f"mcp:{self.name}")
 
@@ -172,12 +184,24 @@ class McpServer:
         ) as streams:
             yield streams
 
-    async def _follow(self, session: ClientSession, events: trio.MemoryReceiveChannel[str]) -> None:
-        """While the connection lasts: the tool list again at each change; returns never, raises
-        ``ServerLost`` when the connection ends."""
+    async def _listen(self, session: ClientSession) -> None:
+        """A 2026-07-28 server tells its tool list changed only to a client that listens: the
+        notification itself reaches ``_on_message``."""
+        try:
+            async with listen(session, tools_list_changed=True) as changes:
+                async for _ in changes:
+                    await trio.lowlevel.checkpoint()
+        except (MCPError, ListenNotSupportedError) as exc:
+            log.info("mcp_server_offers_no_listen", server=self.name, error=str(exc))
+        except SubscriptionLost:
+            self.lost("the server ended its subscription")
+
+    async def _follow(self, session: ClientSession, events: trio.MemoryReceiveChannel[str]) -> str:
+        """While the connection lasts: the tool list again at each change. Returns why the
+        connection ended."""
         async for event in events:
             if event.startswith("lost:"):
-                raise ServerLost(event.removeprefix("lost:"))
+                return event.removeprefix("lost:")
             self._offer(await _list_tools(session))
             log.info("mcp_tools_changed", server=self.name, tools=len(self.tool_names))
         raise AssertionError("the connection's events never end while it is open")
@@ -245,6 +269,17 @@ class _Session(ClientSession):
         offered = super()._build_capabilities(version)
         elicitation = types.ElicitationCapability(form=types.FormElicitationCapability())
         return offered.model_copy(update={"elicitation": elicitation, "sampling": None, "roots": None})
+
+
+async def _negotiate(session: ClientSession) -> str:
+    """The revision both sides speak: 2026-07-28 when the server answers ``server/discover``, else
+    the 2025 handshake. Returns it."""
+    try:
+        await session.discover()
+    except MCPError:
+        await session.initialize()
+    assert session.protocol_version is not None
+    return session.protocol_version
 
 
 async def _list_tools(session: ClientSession) -> list[types.Tool]:

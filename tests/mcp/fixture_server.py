@@ -18,7 +18,9 @@ from typing import Any, Literal
 import anyio
 from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import METHOD_NOT_FOUND, CallToolResult, ErrorData, JSONRPCError, TextContent
 from pydantic import BaseModel, Field
 
 RECORD = os.environ.get("FIXTURE_RECORD", "")
@@ -30,6 +32,9 @@ def record(**fields: Any) -> None:
         fields["pid"] = os.getpid()
         with open(RECORD, "a") as file:
             file.write(json.dumps(fields, default=str) + "\n")
+
+
+REVISION = os.environ.get("FIXTURE_REVISION", "")
 
 
 async def notifications(ctx: Any, call_next: Any) -> Any:
@@ -148,13 +153,40 @@ async def ask_twice(ctx: Context) -> str:
     return " then ".join(colors)
 
 
+async def serve_2025_only() -> None:
+    """Over stdio as a server of the 2025 revisions: ``server/discover`` is not a method it knows,
+    so a client falls back to the initialize handshake (this SDK's server would answer it)."""
+    lowlevel = server._lowlevel_server
+    async with stdio_server() as (read, write):
+        inner_in, inner_out = anyio.create_memory_object_stream[Any](0)
+
+        async def unknown_discover() -> None:
+            async with inner_in:
+                async for item in read:
+                    message = getattr(item, "message", None)
+                    if getattr(message, "method", None) == "server/discover":
+                        error = ErrorData(code=METHOD_NOT_FOUND, message="Method not found")
+                        await write.send(
+                            SessionMessage(JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+                        )
+                        continue
+                    await inner_in.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(unknown_discover)
+            await lowlevel.run(inner_out, write, lowlevel.create_initialization_options())
+            tasks.cancel_scope.cancel()
+
+
 if __name__ == "__main__":
     if os.environ.get("FIXTURE_CHILD"):
         # A child in the server's own group, as an npx-wrapped server has: it outlives a server that
         # exits unless the whole group is killed.
         child = subprocess.Popen(["sleep", "600"])
         record(kind="child", child=child.pid)
-    if sys.argv[1] == "stdio":
+    if sys.argv[1] == "stdio" and REVISION == "2025":
+        anyio.run(serve_2025_only)
+    elif sys.argv[1] == "stdio":
         server.run("stdio")
     else:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

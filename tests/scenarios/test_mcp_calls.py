@@ -22,11 +22,12 @@ FIXTURE = Path(__file__).parent.parent / "mcp" / "fixture_server.py"
 pytestmark = pytest.mark.slow
 
 
-def mcp_config(tmp_path: Path, **overrides: Any) -> tuple[Config, Path]:
+def mcp_config(tmp_path: Path, *, revision: str = "2025", **overrides: Any) -> tuple[Config, Path]:
+    """The fixture server over stdio, speaking the 2025 handshake only (``revision="2025"``), or
+    2026-07-28 too (``revision=""``), and the file it records in."""
     record = tmp_path / "fixture.jsonl"
-    server = McpConfig(
-        name="fx", command=(sys.executable, str(FIXTURE), "stdio"), env={"FIXTURE_RECORD": str(record)}
-    )
+    env = {"FIXTURE_RECORD": str(record), "FIXTURE_REVISION": revision}
+    server = McpConfig(name="fx", command=(sys.executable, str(FIXTURE), "stdio"), env=env)
     config = attrs.evolve(make_config(tmp_path, rules=ASK_SHELL, **overrides), mcp=(server,))
     return config, record
 

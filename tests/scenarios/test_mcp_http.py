@@ -46,7 +46,9 @@ async def test_a_call_over_http_succeeds_and_an_interrupt_reaches_the_server(tmp
             assert await coord.interrupt(session.id)
             await recorder.wait_for("session.idle", 2)
             assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "interrupted"
-            await until_recorded(record, "cancelled_notification")
+            # The 2026-07-28 way over HTTP: the call's request stream is closed, and the server
+            # cancels the call.
+            assert coord.mcp_servers()[0].protocol == "2026-07-28"
             await until_recorded(record, "call_cancelled")
 
 
