@@ -294,9 +294,11 @@ async def _resume(scope: TurnScope, takeover: Takeover) -> None:
         # an actor is started before its first await.
         with trio.CancelScope(shield=True):
             for call, request in recovered.restorable:
-                await nursery.start(
-                    functools.partial(tool_call.run, scope, scope.handle, call, restore=request)
+                # Asked again by the rules as they are now (a deny added meanwhile wins).
+                restore = functools.partial(
+                    tool_call.run, scope, scope.handle, call, restore=request, restored=True
                 )
+                await nursery.start(restore)
             for call in recovered.sub_agents:
                 # A task call resumes its sub-agent's turn inside it (or reads how it ended): permitted
                 # before the restart, so it asks no one again.

@@ -78,10 +78,11 @@ def restorable(read: Reader, call: ToolCallRow) -> bool:
 
 
 def asked_by_a_server(read: Reader, call: ToolCallRow) -> bool:
-    """Has an MCP server asked the call a question? Its connection is gone after a restart, and
-    the call with it: never restored."""
+    """Has an MCP server asked the call a question the 2025 way? The question lived in the
+    connection, which is gone after a restart, and the call with it: never restored. (One asked the
+    2026-07-28 way is kept with what its retry needs, and restored like any form.)"""
     form = read.form_of_call(call.session_id, call.call_id, pending=False)
-    return form is not None and form.source is not None
+    return form is not None and form.source is not None and read.form_resume(form.id) is None
 
 
 def restored_request(read: Reader, call: ToolCallRow) -> PermissionRequest | None:
@@ -395,7 +396,7 @@ def recover(tx: Transaction, session_id: str, turn_id: str, *, tools: Mapping[st
     # A server's question asked the 2025 way dies with the connection that asked it: revoked as at
     # a shutdown, before the turn goes on (its call fails as interrupted below).
     for form in tx.pending_forms(turn_id=turn_id):
-        if form.source is not None:
+        if form.source is not None and tx.form_resume(form.id) is None:
             revocation.revoke_form(tx, form, Shutdown.of_coordinator())
     restart = Failure.restarted()
     sweep(

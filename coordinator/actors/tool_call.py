@@ -75,6 +75,7 @@ async def run(
     *,
     restore: PermissionRequest | None = None,
     permitted: bool = False,
+    restored: bool = False,
     siblings: Siblings | None = None,
     task_status: trio.TaskStatus[ActorHandle] = trio.TASK_STATUS_IGNORED,
 ) -> CallResult:
@@ -82,6 +83,8 @@ async def run(
 
     ``restore``: the kept permission request of a resumed call, asked again; ``permitted``: a resumed
     call that was let run before the restart (a task call whose sub-agent's turn started);
+    ``restored``: a resumed call, whose tool may be offered a little after the
+    start (its MCP server still connecting);
     ``siblings``: the step's calls running beside this one (``Siblings``), None for a call whose
     success must be committed at once (a nested call, a resumed call).
 
@@ -107,7 +110,7 @@ async def run(
             # cleanup below asks for the reason.
             with stops.failing_on_error(turn, f"tool call {call.call_id}"):
                 output = await _permit_and_run(
-                    turn, handle, running, call, context, progress, restore, permitted, siblings
+                    turn, handle, running, call, context, progress, restore, permitted, restored, siblings
                 )
         except ToolFailure as failure:
             error = ToolError(type=failure.type, message=failure.message, started=progress.started)
@@ -144,9 +147,12 @@ async def _permit_and_run(
     progress: Progress,
     restore: PermissionRequest | None,
     permitted: bool,
+    restored: bool,
     siblings: Siblings | None,
 ) -> Any:
     tool = turn.tools.get(call.name)
+    if tool is None and restored:
+        tool = await turn.runtime.tools.wait_offered(turn.session_id, call.name, RESTORED_TOOL_SECONDS)
     if tool is None:
         why = turn.runtime.tools.why_missing(call.name)
         raise ToolFailure(type="error", message=why or f"unknown tool {call.name!r}")
@@ -157,6 +163,10 @@ async def _permit_and_run(
     if not permitted:
         asked = await _check_permission(turn, handle, call, tool, restore, siblings, progress)
     return await _run_bounded(turn, running, tool, call, context, progress, record_start=asked)
+
+
+RESTORED_TOOL_SECONDS = 30.0
+"""Seconds a restored call waits for its tool's provider (an MCP server connecting at the start)."""
 
 
 async def _check_permission(

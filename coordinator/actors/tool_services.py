@@ -23,13 +23,14 @@ from coordinator.errors import ToolFailure
 from coordinator.event_payloads import ServerProgress
 from coordinator.records import NestedCall, Question
 from coordinator.statuses import CallStatus, FormStatus
-from coordinator.store import Transaction
+from coordinator.store import Reader, Transaction
 from coordinator.store.rows import ToolCallRow
 from coordinator.tools import execute_script
 from coordinator.tools.base import (
     CallResult,
     Capabilities,
     FormReply,
+    KeptQuestion,
     ServerAsks,
     ToolContext,
     capabilities_of,
@@ -71,6 +72,7 @@ def build_context(
     context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
     context.publish_progress = services.publish_progress
+    context.kept_question = services.kept_question
     owner = GroupOwner(instance_id=turn.runtime.instance_id, session_id=turn.session_id, call_id=call.call_id)
     context.process_groups = StoredGroups(turn.runtime.store, owner)
     if turn.runtime.lives is not None:
@@ -117,8 +119,8 @@ class _Services:
     async def open_form(self, questions: list[Question], *, asked: ServerAsks | None = None) -> FormReply:
         turn, call = self.turn, self.call
         asking = wait.QuestionWait(questions=questions, server_asks=asked)
-        # A server's question cannot outlive its connection: a shutdown revokes it.
-        restorable = call.parent_call_id is None and asked is None
+        # A server's question asked the 2025 way cannot outlive its connection: a shutdown revokes it.
+        restorable = call.parent_call_id is None and (asked is None or asked.resume is not None)
         with _deadline_paused(self.handle.scope):
             form = await wait.run(turn, self.handle, asking, call_id=call.call_id, restorable=restorable)
         if form.status == FormStatus.SUBMITTED:
@@ -154,6 +156,20 @@ class _Services:
             started=started,
             run_turn=run_turn,
         )
+
+    async def kept_question(self) -> KeptQuestion | None:
+        """The server's 2026-07-28 question this call asked before a restart, with what its retry
+        needs; None for a call that asked none (every call not restored)."""
+        session_id, call_id = self.call.session_id, self.call.call_id
+
+        def read(reader: Reader) -> KeptQuestion | None:
+            form = reader.form_of_call(session_id, call_id, pending=False)
+            if form is None or form.source is None or form.status == FormStatus.REVOKED:
+                return None
+            resume = reader.form_resume(form.id)
+            return None if resume is None else KeptQuestion(form=form, resume=resume)
+
+        return await self.turn.runtime.store.read(read)
 
     async def publish_progress(self, progress: ServerProgress) -> None:
         self.context.latest_progress = wire.unstructure(progress)

@@ -358,7 +358,8 @@ class QuestionWait:
         )
 
     def insert(self, tx: Transaction, asked: Form, turn_id: str, deadline_at: float | None) -> None:
-        tx.insert_form(asked, turn_id, deadline_at)
+        resume = None if self.server_asks is None else self.server_asks.resume
+        tx.insert_form(asked, turn_id, deadline_at, resume)
 
     def asked(self, asked: Form, *, restored: bool) -> Draft:
         return events.form_asked(asked, restored=restored)

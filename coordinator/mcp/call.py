@@ -60,10 +60,11 @@ async def run_call(server: McpServer, tool: str, context: ToolContext, arguments
                     progress_in.send_nowait(ServerProgress(progress=progress, total=total, message=message))
                 await trio.lowlevel.checkpoint()
 
+            attempt = _Attempt(server, session, tool, arguments, asker, report, nursery)
             # Caught here, not outside: the nursery would wrap the failure in a group.
             failure: ToolFailure | None = None
             try:
-                result = await _call_until_stopped(server, session, tool, arguments, asker, report, nursery)
+                result = await (_rounds(attempt, context) if server.modern else attempt.call())
             except ToolFailure as failed:
                 failure = failed
             finally:
@@ -90,21 +91,109 @@ async def _turn_to_ask(server: McpServer, asker: Asker) -> AsyncIterator[None]:
             server.asking = None
 
 
+@attrs.frozen
+class _Attempt:
+    """How the call is sent to the server: once, or (2026-07-28) again with answers to its questions."""
+
+    server: McpServer
+    session: ClientSession
+    tool: str
+    arguments: dict[str, Any]
+    asker: Asker
+    report: Any
+    nursery: trio.Nursery
+
+    async def call(
+        self, responses: dict[str, Any] | None = None, state: str | None = None
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        options: dict[str, Any] = {}
+        if self.server.modern:
+            options = {"allow_input_required": True, "input_responses": responses, "request_state": state}
+        return await _call_until_stopped(self, options)
+
+
+async def _rounds(attempt: _Attempt, context: ToolContext) -> types.CallToolResult:
+    """A 2026-07-28 call: the server returns its questions as the call's result (``input_required``,
+    with a ``requestState``); each is asked as a form kept with what the retry needs, and the call is
+    sent again with the answers until it completes. A call restored after a restart starts from its
+    kept question."""
+    kept = None if context.kept_question is None else await context.kept_question()
+    if kept is None:
+        result = await attempt.call()
+    else:
+        resume = kept.resume
+        answer = await _ask_person(
+            context,
+            attempt.server.name,
+            kept.form.prompt or "",
+            kept.form.schema or {},
+            resume=resume,
+            restoring=True,
+        )
+        responses = {**resume["responses"], resume["key"]: _stored(answer)}
+        remaining = resume.get("remaining", {})
+        result = await _answer_round(attempt, context, resume["request_state"], remaining, responses)
+    while isinstance(result, types.InputRequiredResult):
+        requests = {key: _stored(request) for key, request in (result.input_requests or {}).items()}
+        result = await _answer_round(attempt, context, result.request_state, requests, {})
+    return result
+
+
+async def _answer_round(
+    attempt: _Attempt,
+    context: ToolContext,
+    state: str | None,
+    requests: dict[str, Any],
+    answered: dict[str, Any],
+) -> types.CallToolResult | types.InputRequiredResult:
+    """Ask each question of one round (``requests``, by key) after those ``answered`` already, then
+    send the call again with every answer and the server's ``state``."""
+    answers = dict(answered)
+    keys = list(requests)
+    for index, key in enumerate(keys):
+        params = _form_params(attempt.server, requests[key])
+        remaining = {later: requests[later] for later in keys[index + 1 :]}
+        resume = {"key": key, "request_state": state, "responses": answers, "remaining": remaining}
+        answer = await _ask_person(
+            context, attempt.server.name, params.message, dict(params.requested_schema), resume=resume
+        )
+        answers = {**answers, key: _stored(answer)}
+    responses = {key: types.ElicitResult.model_validate(value) for key, value in answers.items()}
+    return await attempt.call(responses, state)
+
+
+def _form_params(server: McpServer, request: dict[str, Any]) -> types.ElicitRequestFormParams:
+    """The form a stored input request asks. **Raises:** ``ToolFailure`` for what this client does
+    not offer (sampling, roots, a URL to open)."""
+    method = request.get("method")
+    params = request.get("params") or {}
+    if method != "elicitation/create" or params.get("mode", "form") != "form":
+        what = params.get("mode") if method == "elicitation/create" else method
+        raise ToolFailure(
+            type="error", message=f"the MCP server {server.name!r} asked for {what}, which is not offered"
+        )
+    return types.ElicitRequestFormParams.model_validate(params)
+
+
+def _stored(value: Any) -> dict[str, Any]:
+    """A protocol value as JSON, to keep in a form's ``resume`` (and read back after a restart)."""
+    stored: dict[str, Any] = value.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return stored
+
+
 async def _call_until_stopped(
-    server: McpServer,
-    session: ClientSession,
-    tool: str,
-    arguments: dict[str, Any],
-    asker: Asker,
-    report: Any,
-    nursery: trio.Nursery,
-) -> types.CallToolResult:
+    attempt: _Attempt, options: dict[str, Any]
+) -> types.CallToolResult | types.InputRequiredResult:
+    server, asker = attempt.server, attempt.asker
     call_scope = trio.CancelScope(shield=True)
     finished = trio.Event()
-    nursery.start_soon(_forward_stop, call_scope, finished, asker, server)
+    attempt.nursery.start_soon(_forward_stop, call_scope, finished, asker, server)
     try:
         with call_scope:
-            return await session.call_tool(tool, arguments, progress_callback=report)
+            result: types.CallToolResult | types.InputRequiredResult = await attempt.session.call_tool(
+                attempt.tool, attempt.arguments, progress_callback=attempt.report, **options
+            )
+            return result
         # Cancelled by the stop: the scope that stopped the call raises at the next checkpoint.
         await trio.lowlevel.checkpoint()
         raise AssertionError("a stopped MCP call's own stop did not arrive")
@@ -140,7 +229,8 @@ async def _forward_stop(
             log.info("mcp_call_cancelled", server=server.name)
 
 
-def _output(server: McpServer, result: types.CallToolResult) -> dict[str, Any]:
+def _output(server: McpServer, result: types.CallToolResult | types.InputRequiredResult) -> dict[str, Any]:
+    assert isinstance(result, types.CallToolResult)
     content = [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in result.content]
     if result.is_error:
         text = " ".join(block.get("text", "") for block in content if block.get("type") == "text").strip()
@@ -205,7 +295,7 @@ class Asker:
         """Show each question as a form of the call, in the call's actor, until the call ends."""
         async for question in self._receive:
             try:
-                question.settle(await _ask_person(context, self.server, question))
+                question.settle(await _ask_person(context, self.server, question.message, question.schema))
             finally:
                 question.settle(_CANCEL)  # stopped while it waited: the server is answered cancel
                 self.pending.remove(question)
@@ -228,13 +318,23 @@ class Asker:
             question.settle(_CANCEL)
 
 
-async def _ask_person(context: ToolContext, server: str, question: _Question) -> types.ElicitResult:
+async def _ask_person(
+    context: ToolContext,
+    server: str,
+    message: str,
+    schema: dict[str, Any],
+    *,
+    resume: dict[str, Any] | None = None,
+    restoring: bool = False,
+) -> types.ElicitResult:
     """The person's answer to the server's question: ``accept`` with the converted answers, ``decline``
-    when they dismissed it with a message (the call goes on), else ``cancel``."""
+    when they dismissed it with a message (the call goes on), else ``cancel``. ``resume``: what the
+    call's retry needs, kept with the form (a 2026-07-28 question); ``restoring``: the call was
+    restored, and its kept form is shown again."""
     if context.open_form is None:
         return types.ElicitResult(action="decline")
-    asked = ServerAsks(server=server, schema=question.schema, prompt=question.message)
-    reply = await context.open_form(questions_of(question.schema, question.message), asked=asked)
+    asked = ServerAsks(server=server, schema=schema, prompt=message, resume=resume, restoring=restoring)
+    reply = await context.open_form(questions_of(schema, message), asked=asked)
     if reply.answers is not None:
         return types.ElicitResult(action="accept", content=reply.answers)
     if reply.message:

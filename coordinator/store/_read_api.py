@@ -198,6 +198,10 @@ class Reader(Protocol):
     def pending_forms(
         self, session_id: str | None = None, turn_id: str | None = None, session_ids: list[str] | None = None
     ) -> list[Form]: ...
+    def form_resume(self, form_id: str) -> dict[str, Any] | None:
+        """What a retry of the form's call needs after a restart, if it was stored with it."""
+        ...
+
     def form_of_call(self, session_id: str, call_id: str, *, pending: bool) -> Form | None:
         """The call's pending form (``pending``), or its last one whatever its status."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from coordinator.records import Form, PermissionRequest, Rule
@@ -86,6 +87,10 @@ class WaitReads(SqlReads):
     ) -> list[Form]:
         where, args = _pending_filter(session_id, turn_id, session_ids)
         return [FORM_ROW.load(r) for r in self._all(_FORMS + where + " ORDER BY ord", args)]
+
+    def form_resume(self, form_id: str) -> dict[str, Any] | None:
+        row = self._one("SELECT resume FROM forms WHERE id = ?", (form_id,))
+        return None if row is None or row[0] is None else json.loads(row[0])
 
     def form_of_call(self, session_id: str, call_id: str, *, pending: bool) -> Form | None:
         return FORM_ROW.load_or_none(self._one(_FORMS + _OF_CALL[pending], (session_id, call_id)))

@@ -197,7 +197,13 @@ class Transaction(Reader, Protocol):
 
     def revoke_permission(self, request_id: str, reason: StopReason) -> bool: ...
     def add_session_rule(self, session_id: str, rule: Rule) -> None: ...
-    def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None: ...
+    def insert_form(
+        self, form: Form, turn_id: str, deadline_at: float | None, resume: dict[str, Any] | None = None
+    ) -> None:
+        """Store a pending form; ``resume``: what a retry of its call needs after a restart (an MCP
+        server's 2026-07-28 question)."""
+        ...
+
     def settle_form(
         self,
         form_id: str,

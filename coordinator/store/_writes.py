@@ -360,7 +360,9 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         self._insert_numbered("session_rules", row, "session_id", session_id, session_id)
 
     # forms ----------------------------------------------------------------------------------
-    def insert_form(self, form: Form, turn_id: str, deadline_at: float | None) -> None:
+    def insert_form(
+        self, form: Form, turn_id: str, deadline_at: float | None, resume: dict[str, Any] | None = None
+    ) -> None:
         row = {
             "id": form.id,
             "session_id": form.session_id,
@@ -373,6 +375,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
             "source": None if form.source is None else dump_json(form.source),
             "schema": None if form.schema is None else dump_json(form.schema),
             "prompt": form.prompt,
+            "resume": None if resume is None else dump_json(resume),
         }
         self._insert_numbered("forms", row, None, None, "forms")
 

@@ -13,7 +13,7 @@ import trio
 from coordinator.event_payloads import ServerProgress
 from coordinator.models.base import ToolSpec
 from coordinator.reasons import StopReason
-from coordinator.records import NestedCall, Question, ToolError
+from coordinator.records import Form, NestedCall, Question, ToolError
 from coordinator.statuses import CallStatus
 from coordinator.tools.process_group import GroupRecords
 
@@ -42,6 +42,15 @@ class ServerAsks:
     resume: dict[str, Any] | None = None
     # The call was restored after a restart: its kept form is shown again (or its answer returned).
     restoring: bool = False
+
+
+@attrs.frozen
+class KeptQuestion:
+    """A server's question a restored call asked before the restart: its form (pending, or answered
+    while no wait was live) and what the call's retry needs (``ServerAsks.resume``)."""
+
+    form: Form
+    resume: dict[str, Any]
 
 
 class FormOpener(Protocol):
@@ -138,6 +147,8 @@ class ToolContext:
     # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells
     # its server); None while it runs, and when it fails or succeeds on its own.
     stop_reason: Callable[[], StopReason | None] = lambda: None
+    # The server's question a restored call asked before the restart (an MCP call's), if any.
+    kept_question: Callable[[], Awaitable[KeptQuestion | None]] | None = None
     # Stores and publishes one progress report of an MCP server at once, in order (none coalesced).
     publish_progress: Callable[[ServerProgress], Awaitable[None]] | None = None
     latest_progress: Any = None

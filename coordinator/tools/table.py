@@ -16,6 +16,8 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Iterable, Mapping
 
+import trio
+
 from coordinator.logs import get_logger
 from coordinator.tools.base import Tool
 
@@ -38,6 +40,7 @@ class ToolTable:
         self._own: dict[str, Mapping[str, Tool]] = {}
         # What a provider says of a name it does not offer now (its server is not ready), by provider.
         self._explainers: dict[str, Callable[[str], str | None]] = {}
+        self._changes = trio.Event()
 
     def for_session(self, session_id: str) -> Mapping[str, Tool]:
         """The tools ``session_id`` may call now, by name, in the order the model is offered them."""
@@ -85,7 +88,20 @@ class ToolTable:
         self._provided.pop(session_id, None)
         self._own.pop(session_id, None)
 
+    async def wait_offered(self, session_id: str, name: str, seconds: float) -> Tool | None:
+        """The tool ``name`` once ``session_id`` may call it, waiting up to ``seconds`` while its
+        provider says why it is missing (a server still connecting); None if it never comes."""
+        with trio.move_on_after(seconds):
+            while (tool := self.for_session(session_id).get(name)) is None:
+                if self.why_missing(name) is None:
+                    return None  # no provider will offer it
+                await self._changes.wait()
+            return tool
+        return None
+
     def _changed(self, session_id: str) -> None:
+        self._changes.set()
+        self._changes = trio.Event()
         if session_id == EVERY_SESSION:
             self._shared = None
             self._own.clear()

@@ -18,9 +18,19 @@ from typing import Any, Literal
 import anyio
 from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp.types import METHOD_NOT_FOUND, CallToolResult, ErrorData, JSONRPCError, TextContent
+from mcp.types import (
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ErrorData,
+    InputRequiredResult,
+    JSONRPCError,
+    TextContent,
+)
 from pydantic import BaseModel, Field
 
 RECORD = os.environ.get("FIXTURE_RECORD", "")
@@ -43,7 +53,15 @@ async def notifications(ctx: Any, call_next: Any) -> Any:
     return await call_next(ctx)
 
 
-server = MCPServer("fixture", middleware=[notifications])
+# The key that seals a 2026-07-28 question's requestState: the same across restarts unless a test
+# changes it (a server that refuses the state of its earlier life).
+STATE_KEY = os.environ.get("FIXTURE_STATE_KEY", "fixture-state-key-of-32-bytes!!!")
+
+server = MCPServer(
+    "fixture",
+    middleware=[notifications],
+    request_state_security=RequestStateSecurity(keys=[STATE_KEY]),
+)
 
 
 @server.tool()
@@ -151,6 +169,32 @@ async def ask_twice(ctx: Context) -> str:
     record(kind="answers", first=first.action, second=second.action)
     colors = [a.data.color if isinstance(a, AcceptedElicitation) else a.action for a in (first, second)]
     return " then ".join(colors)
+
+
+@server.tool()
+async def ask_state(ctx: Context) -> CallToolResult | InputRequiredResult:
+    """Ask the 2026-07-28 way: the question is the call's result, and the answer comes with a retry."""
+    responses = ctx.input_responses or {}
+    record(kind="ask_state", state=ctx.request_state, answered=sorted(responses))
+    if "pick" not in responses:
+        question = ElicitRequest(
+            params=ElicitRequestFormParams(
+                message="Pick a color",
+                requested_schema={
+                    "type": "object",
+                    "properties": {
+                        "color": {"type": "string", "enum": ["red", "green"]},
+                        "n": {"type": "integer"},
+                    },
+                    "required": ["color"],
+                },
+            )
+        )
+        return InputRequiredResult(input_requests={"pick": question}, request_state="fixed-state")
+    answer = responses["pick"]
+    record(kind="answer", action=answer.action, data=answer.content, state=ctx.request_state)
+    text = f"{answer.action}: {answer.content} ({ctx.request_state})"
+    return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
 async def serve_2025_only() -> None:

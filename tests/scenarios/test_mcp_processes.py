@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from coordinator.client import CoordinatorClient
+from coordinator.records import Form
 from tests.backends import db_for
 from tests.mcp import eventually
 from tests.mcp.servers import FIXTURE
@@ -79,3 +82,61 @@ async def test_no_server_process_outlives_its_coordinator_killed_or_shut_down(tm
         assert not alive(child_of_second)
     finally:
         await first.kill()
+
+
+async def test_a_2026_question_survives_a_kill_9_with_its_id_and_its_answer_runs_the_call_once(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "fixture.jsonl"
+    script = [{"tool_calls": [{"id": "c0", "name": "fx__ask_state", "input": {}}]}, {"text": "thanks"}]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    config = tmp_path / "coordinator.toml"
+    config.write_text(
+        '[server]\nshutdown_grace = 5\n[model]\nprovider = "scripted"\nscript = "script.json"\n'
+        '[[permission]]\naction = "*"\nresource = "*"\neffect = "allow"\n'
+        f'[[mcp]]\nname = "fx"\ncommand = {json.dumps([sys.executable, str(FIXTURE), "stdio"])}\n'
+        f"env = {{ FIXTURE_RECORD = {json.dumps(str(record))} }}\n"
+    )
+    db = db_for(tmp_path)
+    first = await start_server(config, db, cwd=tmp_path)
+    try:
+        await ready_servers(first.url)
+        async with CoordinatorClient(first.url) as client:
+            session = await client.create_session("durable")
+            await client.prompt(session.id, "go")
+            forms: list[Form] = []
+
+            async def asked() -> bool:
+                forms[:] = await client.pending_forms(session.id)
+                return bool(forms)
+
+            await eventually_async(asked)
+        await first.kill()
+        second = await start_server(config, db, cwd=tmp_path)
+        async with CoordinatorClient(second.url) as client:
+            # The same form, pending again once the crashed turn resumes.
+            again: list[Form] = []
+
+            async def restored() -> bool:
+                again[:] = await client.pending_forms(session.id)
+                return bool(again)
+
+            await eventually_async(restored, 30)
+            assert again[0].id == forms[0].id
+            await client.submit_form(session.id, again[0].id, {"color": "green"})
+
+            async def finished() -> bool:
+                return (await client.get_session(session.id)).status == "idle"
+
+            await eventually_async(finished, 30)
+            assert (await client.get_session(session.id)).last_outcome == "succeeded"
+        assert [r["answered"] for r in recorded(record) if r["kind"] == "ask_state"] == [[], ["pick"]]
+        assert await second.terminate() == 0
+    finally:
+        await first.kill()
+
+
+async def eventually_async(holds: Callable[[], Awaitable[bool]], seconds: float = 20) -> None:
+    with trio.fail_after(seconds):
+        while not await holds():  # noqa: ASYNC110 (another process changes it)
+            await trio.sleep(0.05)

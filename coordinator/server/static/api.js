@@ -63,6 +63,7 @@ export async function api(method, path, body) {
 
 export const path = {
   sessions: (limit) => (limit ? `/api/session?limit=${limit}` : "/api/session"),
+  mcp: () => "/api/mcp",
   session: (sid) => `/api/session/${encodeURIComponent(sid)}`,
   prompt: (sid) => `${path.session(sid)}/prompt`,
   interrupt: (sid) => `${path.session(sid)}/interrupt`,

@@ -76,6 +76,20 @@ async function refreshSessions() {
   if (page.sessionId) await refreshQueue(page.sessionId);
 }
 
+// The MCP servers under the session list: each one's status, and why it failed.
+async function refreshServers() {
+  const servers = await api("GET", path.mcp());
+  $("mcp").hidden = servers.length === 0;
+  $("mcp-servers").replaceChildren(
+    ...servers.map((server) => {
+      const detail = server.status === "ready" ? ` (${server.tools.length} tools, ${server.protocol})` : "";
+      const item = el("li", { "data-status": server.status }, el("b", {}, server.name), ` ${server.status}${detail}`);
+      if (server.error) item.append(el("span", { class: "error" }, server.error));
+      return item;
+    }),
+  );
+}
+
 // The queued prompts under the history, each with its Cancel.
 async function refreshQueue(sessionId) {
   const queued = await api("GET", path.queued(sessionId));
@@ -350,8 +364,10 @@ function wire() {
     showSessionList($("sessions-nav").classList.contains("collapsed")),
   );
   setInterval(() => document.visibilityState === "visible" && refreshSessions().catch(() => {}), LIST_REFRESH_MS);
+  setInterval(() => document.visibilityState === "visible" && refreshServers().catch(() => {}), LIST_REFRESH_MS);
 }
 
 wire();
 route();
 refreshSessions().catch(complain);
+refreshServers().catch(complain);

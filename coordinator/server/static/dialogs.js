@@ -98,10 +98,16 @@ export class Dialogs {
 
   showForm(form, restored) {
     if (form.status !== "pending" || this.settled.has(form.id)) return;
-    const inputs = form.questions.map((question) => questionInput(form.id, question));
+    // A form an MCP server asked has the JSON Schema of its answers: each input is typed by it.
+    const properties = form.schema?.properties ?? null;
+    const required = new Set(form.schema?.required ?? []);
+    const inputs = form.questions.map((question) =>
+      properties ? schemaInput(form.id, question, properties[question.id] ?? {}, required.has(question.id)) : questionInput(form.id, question),
+    );
     const message = el("input", { type: "text", "aria-label": "Message (optional)", placeholder: "why not" });
     const submit = () => {
-      const answers = Object.fromEntries(inputs.map((input) => [input.question.id, input.value()]));
+      const given = inputs.map((input) => [input.question.id, input.value()]).filter(([, value]) => value !== undefined);
+      const answers = Object.fromEntries(given);
       this.reply(form.id, () => api("POST", path.form(form.session_id, form.id), { answers }), "submitted");
     };
     const dismiss = () => {
@@ -109,12 +115,14 @@ export class Dialogs {
       const query = text ? `?message=${encodeURIComponent(text)}` : "";
       this.reply(form.id, () => api("DELETE", path.form(form.session_id, form.id) + query), "dismissed");
     };
+    const server = form.source?.mcp;
+    const said = form.prompt ? [el("p", { class: "server-says" }, form.prompt)] : [];
     this.show(form.id, restored, {
       kind: "form",
       askedBy: this.childTitle(form.session_id),
-      what: `question "${form.questions.map((q) => q.prompt).join(" / ")}"`,
-      title: "Question",
-      body: inputs.map((input) => input.node),
+      what: server ? `question of the MCP server ${server}` : `question "${form.questions.map((q) => q.prompt).join(" / ")}"`,
+      title: server ? `Question from ${server}` : "Question",
+      body: [...said, ...inputs.map((input) => input.node)],
       fields: [el("label", { class: "optional" }, "Message (optional)", message)],
       buttons: [
         el("button", { type: "button", onclick: submit }, "Submit"),
@@ -216,6 +224,56 @@ function questionInput(formId, question) {
   const input = el("input", { type: "text" });
   const node = el("label", { class: "question" }, question.prompt, input);
   return { question, node, value: () => input.value };
+}
+
+// A question of a server's form, its input typed by the property's schema: a number box for a number
+// or an integer, a checkbox for a boolean, radio buttons for one choice, checkboxes for several, else
+// a text box (a date, an email address or a URL as such). `value()` is the JSON value the schema
+// asks for, or undefined when an optional question is left empty.
+function schemaInput(formId, question, property, required) {
+  const name = `${formId}-${question.id}`;
+  const hint = property.description && property.description !== question.prompt ? property.description : "";
+  const legend = [question.prompt, required ? " (required)" : "", hint ? el("small", {}, ` ${hint}`) : null];
+  const type = property.type;
+  if (type === "array") {
+    const boxes = (question.options ?? []).map((option) => el("input", { type: "checkbox", name, value: option }));
+    for (const box of boxes) box.checked = (property.default ?? []).includes(box.value);
+    const node = el("fieldset", { class: "question", "data-type": "array" }, el("legend", {}, ...legend),
+      ...boxes.map((box) => el("label", {}, box, box.value)));
+    return { question, node, value: () => boxes.filter((box) => box.checked).map((box) => box.value) };
+  }
+  if (question.options && question.options.length) {
+    const radios = question.options.map((option) => el("input", { type: "radio", name, value: option }));
+    for (const radio of radios) radio.checked = radio.value === String(property.default ?? "");
+    const node = el("fieldset", { class: "question", "data-type": "choice" }, el("legend", {}, ...legend),
+      ...radios.map((radio) => el("label", {}, radio, radio.value)));
+    const value = () => radios.find((radio) => radio.checked)?.value;
+    return { question, node, value };
+  }
+  if (type === "boolean") {
+    const box = el("input", { type: "checkbox", name });
+    box.checked = property.default === true;
+    const node = el("label", { class: "question check", "data-type": "boolean" }, box, ...legend);
+    return { question, node, value: () => box.checked };
+  }
+  const attributes = { name };
+  if (type === "integer" || type === "number") {
+    Object.assign(attributes, { type: "number", step: type === "integer" ? "1" : "any" });
+    if (property.minimum !== undefined) attributes.min = String(property.minimum);
+    if (property.maximum !== undefined) attributes.max = String(property.maximum);
+  } else {
+    const formats = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" };
+    attributes.type = formats[property.format] ?? "text";
+  }
+  if (required) attributes.required = "";
+  const input = el("input", attributes);
+  if (property.default !== undefined) input.value = String(property.default);
+  const node = el("label", { class: "question", "data-type": type ?? "string" }, ...legend, input);
+  const value = () => {
+    if (input.value === "") return required ? "" : undefined;
+    return type === "integer" || type === "number" ? Number(input.value) : input.value;
+  };
+  return { question, node, value };
 }
 
 function setDisabled(entry, disabled) {

@@ -285,7 +285,7 @@ def _v11(execute: Callable[[str], Any]) -> None:
     # As SQLite's version 18: the server an MCP form came from, and the JSON Schema of its answers.
     execute(
         "ALTER TABLE forms ADD COLUMN source TEXT; ALTER TABLE forms ADD COLUMN schema TEXT; "
-        "ALTER TABLE forms ADD COLUMN prompt TEXT;"
+        "ALTER TABLE forms ADD COLUMN prompt TEXT; ALTER TABLE forms ADD COLUMN resume TEXT;"
     )
 
 

@@ -360,10 +360,10 @@ def _v17(db: apsw.Connection) -> None:
 
 def _v18(db: apsw.Connection) -> None:
     # A form an MCP server asked: which server (``{"mcp": NAME}``), the JSON Schema of its answers, and
-    # what the server said in asking.
+    # what the server said in asking; and what a retry of a 2026-07-28 question needs after a restart.
     db.execute(
         "ALTER TABLE forms ADD COLUMN source TEXT; ALTER TABLE forms ADD COLUMN schema TEXT; "
-        "ALTER TABLE forms ADD COLUMN prompt TEXT;"
+        "ALTER TABLE forms ADD COLUMN prompt TEXT; ALTER TABLE forms ADD COLUMN resume TEXT;"
     )
 
 

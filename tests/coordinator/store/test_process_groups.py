@@ -102,7 +102,9 @@ async def test_an_upgraded_postgres_store_keeps_the_groups_its_running_calls_rec
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE process_groups")
         # What versions 9, 10 and 11 add, so that the store is one of version 7 again.
-        conn.execute("ALTER TABLE forms DROP COLUMN source, DROP COLUMN schema, DROP COLUMN prompt")
+        conn.execute(
+            "ALTER TABLE forms DROP COLUMN source, DROP COLUMN schema, DROP COLUMN prompt, DROP COLUMN resume"
+        )
         conn.execute("DROP INDEX sessions_by_owner")
         conn.execute("ALTER TABLE sessions DROP COLUMN owner")
         conn.execute("DROP TABLE steers")
