@@ -11,7 +11,8 @@ import pytest
 import trio
 
 from coordinator import errors
-from tests.conftest import running
+from coordinator.chaos import crash
+from tests.conftest import RecordingModel, running
 from tests.scenarios.test_mcp_calls import calls, mcp_config, recorded, until_ready, until_recorded
 
 pytestmark = pytest.mark.slow
@@ -174,3 +175,33 @@ async def test_two_questions_of_one_call_are_two_forms_each_answered_once(tmp_pa
         await recorder.wait_for("session.idle")
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
         assert output["content"][0]["text"] == "red then blue"
+
+
+async def test_after_a_crash_a_servers_2025_question_is_revoked_before_the_model_is_asked_again(
+    tmp_path: Path,
+) -> None:
+    config, _ = mcp_config(tmp_path)
+    model = RecordingModel.from_json([calls(("fx__ask", {})), {"text": "after the crash"}])
+    async with running(config, model=model) as (coord, recorder):
+        await until_ready(coord)
+        session = await coord.create_session(title="t")
+        await coord.prompt(session.id, "go")
+        asked = (await recorder.wait_for("form.asked")).payload["form"]
+        await crash(coord)
+    last = recorder.events[-1].seq
+    async with running(config, model=model) as (coord, recorder):
+        await recorder.wait_until(lambda e: e.type == "session.idle" and e.seq > last)
+        later = [e for e in recorder.events if e.seq > last]
+        types = [e.type for e in later]
+        revoked = next(e for e in later if e.type == "form.revoked")
+        assert revoked.payload == {"form_id": asked["id"], "reason": {"type": "shutdown"}}
+        failed = next(e for e in later if e.type == "session.tool.failed")
+        assert failed.payload["error"]["type"] == "interrupted"
+        assert (
+            types.index("form.revoked")
+            < types.index("session.tool.failed")
+            < types.index("session.step.started")
+        )
+        assert not [e for e in later if e.type == "form.asked"]
+        assert types[-2:] == ["session.execution.succeeded", "session.idle"]
+    assert len(model.requests) == 2

@@ -1,6 +1,6 @@
 """Every stop at every point of an MCP call: while the server works on it, after it reported
 progress, while its question waits for a person. Each cause (interrupt, a decline, a dismissal, the
-tool's, the question's and the turn's deadlines, a shutdown) settles the call with its reason, in
+tool's, the question's and the turn's deadlines, a shutdown, a parent's stop) settles the call with its reason, in
 order, tells the server (``notifications/cancelled`` for the call, ``cancel`` for its question), and
 nothing resumes that must not; no server process outlives the coordinator."""
 
@@ -146,3 +146,30 @@ async def check_resumed_once(config: Any, script: list[dict[str, Any]], before: 
         ]
         assert not [e for e in later if e.type in ("session.tool.started", "form.asked")]
         del coord
+
+
+async def test_a_parents_stop_reaches_the_server_of_its_sub_agents_call(tmp_path: Path) -> None:
+    config, record = mcp_config(tmp_path)
+    task = {"tool_calls": [{"id": "t0", "name": "task", "input": {"prompt": "wait", "title": "helper"}}]}
+    script = {
+        "helper": [
+            {"tool_calls": [{"id": "h0", "name": "fx__slow", "input": {"seconds": 60}}]},
+            {"text": "x"},
+        ],
+        "*": [task, {"text": "after"}],
+    }
+    async with running(config, script) as (coord, recorder):
+        await until_ready(coord)
+        session = await coord.create_session(title="parent")
+        await coord.prompt(session.id, "go")
+        await until_recorded(record, "start")
+        assert await coord.interrupt(session.id)
+        await recorder.wait_until(lambda e: e.type == "session.idle" and e.session_id == session.id)
+        child = next(e for e in recorder.of("session.tool.failed") if e.payload["call_id"] == "h0")
+        assert child.payload["error"]["type"] == "interrupted"
+        stopped = [e for e in recorder.of("session.execution.interrupted") if e.session_id != session.id]
+        assert stopped[0].payload["reason"]["type"] == "interrupt"
+        assert stopped[0].payload["reason"]["parent"]["session_id"] == session.id
+        start = next(r for r in recorded(record) if r["kind"] == "start")
+        cancelled = await until_recorded(record, "cancelled_notification")
+        assert cancelled[0]["params"]["requestId"] == int(start["request_id"])
