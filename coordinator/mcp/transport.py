@@ -194,4 +194,7 @@ class Outbox:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._inner.__aexit__(*exc_info)
+        # Closing a memory stream does not wait; bounded anyway, as every cleanup is.
+        with trio.move_on_after(STDIN_GRACE, shield=True):
+            return await self._inner.__aexit__(*exc_info)
+        return None
