@@ -1,6 +1,8 @@
 """Process-level chaos: the real server, driven over HTTP, stopped (SIGTERM) or killed (SIGKILL) at random.
 
-A round starts ``python -m coordinator serve`` on a fresh database, creates sessions and prompts over
+A round starts ``python -m coordinator serve`` on a fresh database, with an MCP server of its own
+(``coordinator/chaos/mcp_server.py``, whose process group must never outlive the coordinator that
+started it), creates sessions and prompts over
 HTTP, answers permission requests and forms as a person would, sometimes interrupts a turn, and at a
 random moment sends SIGTERM (a graceful shutdown) or SIGKILL (a crash); then it starts the server again
 on the same database, one to three times, and a last time until every turn has settled. The same
@@ -61,6 +63,10 @@ script = "script.json"
 [[plugin]]
 entry = "coordinator.chaos.tools:slow"
 
+[[mcp]]
+name = "chaos"
+command = ["{python}", "-m", "coordinator.chaos.mcp_server"]
+
 [[permission]]
 action = "*"
 effect = "allow"
@@ -83,6 +89,7 @@ SCRIPT = [
             {"id": "e", "name": "slow", "input": {"seconds": 0.4}},
         ]
     },
+    {"tool_calls": [{"id": "f", "name": "chaos__wait", "input": {"seconds": 0.3}}]},
     {"text": "done"},
 ]
 START_SECONDS = 30.0  # for a server to print where it listens
@@ -136,7 +143,7 @@ async def run_round(seed: int, number: int, root: Path) -> RoundResult:
     folder.mkdir()
     digests = {name: hashlib.sha256(TOKENS[name].encode()).hexdigest() for name in USERS}
     (folder / "config.toml").write_text(
-        CONFIG.format(db=folder / "db.sqlite", admin=TOKENS["admin"], **digests)
+        CONFIG.format(db=folder / "db.sqlite", admin=TOKENS["admin"], python=sys.executable, **digests)
     )
     (folder / "script.json").write_text(json.dumps(SCRIPT))
     record = RunRecord(track_intents=False)
