@@ -44,6 +44,14 @@ async def until_ready(coord: Coordinator) -> None:
     await eventually(lambda: coord.mcp_servers()[0].status == "ready", 20)
 
 
+async def prompted(coord: Coordinator) -> str:
+    """Once the fixture server is ready: a new session, prompted; its id."""
+    await until_ready(coord)
+    session = await coord.create_session(title="t")
+    await coord.prompt(session.id, "go")
+    return session.id
+
+
 def calls(*items: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "tool_calls": [{"id": f"c{i}", "name": name, "input": args} for i, (name, args) in enumerate(items)]
@@ -57,8 +65,7 @@ async def test_a_call_returns_the_servers_content_and_the_model_sees_it(tmp_path
         await until_ready(coord)
         state = coord.mcp_servers()[0]
         assert state.protocol == "2025-11-25" and "fx__echo" in state.tools
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        await prompted(coord)
         await recorder.wait_for("session.idle")
         succeeded = recorder.of("session.tool.succeeded")[0].payload
         assert succeeded["output"]["structured"] == {"said": "hi"}
@@ -78,16 +85,14 @@ async def until_recorded(record: Path, kind: str, count: int = 1) -> list[dict[s
 async def test_progress_notifications_are_published_each_in_order(tmp_path: Path) -> None:
     config, _ = mcp_config(tmp_path)
     async with running(config, [calls(("fx__steps", {"count": 3})), {"text": "done"}]) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         await recorder.wait_for("session.idle")
         progress = [e.payload for e in recorder.of("session.tool.progress")]
         assert progress == [
             {"call_id": "c0", "progress": {"progress": step, "total": 3, "message": f"step {step}"}}
             for step in (1, 2, 3)
         ]
-        types = recorder.types(session.id)
+        types = recorder.types(session_id)
         assert types.index("session.tool.started") < types.index("session.tool.progress")
         assert types.index("session.tool.progress") < types.index("session.tool.succeeded")
 
@@ -96,9 +101,7 @@ async def test_a_result_with_is_error_fails_the_call_and_the_turn_goes_on(tmp_pa
     config, _ = mcp_config(tmp_path)
     model = RecordingModel.from_json([calls(("fx__fail", {})), {"text": "saw it"}])
     async with running(config, model=model) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        await prompted(coord)
         await recorder.wait_for("session.idle")
         error = recorder.of("session.tool.failed")[0].payload["error"]
         assert error["type"] == "error" and "the fixture failed on purpose" in error["message"]
@@ -110,11 +113,9 @@ async def test_a_result_with_is_error_fails_the_call_and_the_turn_goes_on(tmp_pa
 async def test_an_interrupt_reaches_the_server_and_settles_the_call_at_once(tmp_path: Path) -> None:
     config, record = mcp_config(tmp_path)
     async with running(config, [calls(("fx__slow", {"seconds": 30})), {"text": "x"}]) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         await until_recorded(record, "start")
-        assert await coord.interrupt(session.id)
+        assert await coord.interrupt(session_id)
         await recorder.wait_for("session.idle")
         failed = recorder.of("session.tool.failed")[0].payload["error"]
         assert failed["type"] == "interrupted" and failed["started"] is True
@@ -129,12 +130,10 @@ async def test_a_server_that_ignores_the_cancellation_never_holds_the_turn(tmp_p
     config, record = mcp_config(tmp_path)
     script = [calls(("fx__stubborn", {"seconds": 30})), {"text": "x"}]
     async with running(config, script) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         await until_recorded(record, "start")
         with trio.fail_after(3):
-            assert await coord.interrupt(session.id)
+            assert await coord.interrupt(session_id)
             await recorder.wait_for("session.idle")
         await until_recorded(record, "cancelled_notification")
         assert not [r for r in recorded(record) if r["kind"] == "done"]
@@ -145,9 +144,7 @@ async def test_the_servers_timeout_is_the_calls_deadline_and_the_server_is_told(
     config = attrs.evolve(config, mcp=(attrs.evolve(config.mcp[0], timeout=0.3),))
     model = RecordingModel.from_json([calls(("fx__slow", {"seconds": 30})), {"text": "late"}])
     async with running(config, model=model) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        await prompted(coord)
         await recorder.wait_for("session.idle")
         error = recorder.of("session.tool.failed")[0].payload["error"]
         assert error["type"] == "timeout" and "0.3s" in error["message"]
@@ -164,16 +161,14 @@ async def test_a_server_that_dies_mid_call_fails_the_call_and_is_connected_again
         {"text": "fine"},
     ]
     async with running(config, script) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         await recorder.wait_for("session.idle")
         error = recorder.of("session.tool.failed")[0].payload["error"]
         assert error["type"] == "error" and "'fx'" in error["message"]
         await eventually(lambda: coord.mcp_servers()[0].status != "ready")
         assert coord.mcp_servers()[0].status in ("failed", "connecting")
         await until_ready(coord)
-        await coord.prompt(session.id, "again")
+        await coord.prompt(session_id, "again")
         await recorder.wait_for("session.idle", 2)
         assert recorder.of("session.tool.succeeded")[0].payload["output"]["structured"] == {"said": "back"}
     pids = {r["pid"] for r in recorded(record)}

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from tests.conftest import RecordingModel, running
-from tests.scenarios.test_mcp_calls import calls, mcp_config, recorded, until_ready
+from tests.scenarios.test_mcp_calls import calls, mcp_config, prompted, recorded, until_ready
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +27,14 @@ async def test_an_answer_retries_the_call_once_with_the_servers_state(tmp_path: 
     async with running(config, ASK) as (coord, recorder):
         await until_ready(coord)
         assert coord.mcp_servers()[0].protocol == "2026-07-28"
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         form = (await recorder.wait_for("form.asked")).payload["form"]
         assert form["source"] == {"mcp": "fx"} and form["prompt"] == "Pick a color"
         assert [(q["id"], q.get("options")) for q in form["questions"]] == [
             ("color", ["red", "green"]),
             ("n", None),
         ]
-        await coord.submit_form(session.id, form["id"], {"color": "green", "n": "3"})
+        await coord.submit_form(session_id, form["id"], {"color": "green", "n": "3"})
         await recorder.wait_for("session.idle")
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
         assert output["content"][0]["text"] == "accept: {'color': 'green', 'n': 3} (fixed-state)"
@@ -47,9 +46,7 @@ async def test_a_question_kept_across_a_shutdown_is_answered_after_the_restart(t
     config, record = mcp_config(tmp_path, revision="")
     model = RecordingModel.from_json(ASK)
     async with running(config, model=model) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         form = (await recorder.wait_for("form.asked")).payload["form"]
     assert not recorder.of("form.revoked") and not recorder.of("session.tool.failed")
     assert recorder.of("session.execution.suspended")
@@ -57,7 +54,7 @@ async def test_a_question_kept_across_a_shutdown_is_answered_after_the_restart(t
     async with running(config, model=model) as (coord, recorder):
         again = await recorder.wait_until(lambda e: e.type == "form.asked" and e.seq > last)
         assert again.payload["form"]["id"] == form["id"] and again.payload["restored"] is True
-        await coord.submit_form(session.id, form["id"], {"color": "red"})
+        await coord.submit_form(session_id, form["id"], {"color": "red"})
         await recorder.wait_until(lambda e: e.type == "session.idle" and e.seq > last)
         later = [e for e in recorder.events if e.seq > last]
         assert [e.type for e in later if e.type.startswith("session.execution")] == [
@@ -80,9 +77,7 @@ async def test_a_server_that_refuses_the_kept_state_fails_the_call_and_the_model
     config, _ = mcp_config(tmp_path, revision="")
     model = RecordingModel.from_json(ASK)
     async with running(config, model=model) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         form = (await recorder.wait_for("form.asked")).payload["form"]
     last = recorder.events[-1].seq
     # The server starts again with another key: the state it sealed before is not its own any more.
@@ -93,7 +88,7 @@ async def test_a_server_that_refuses_the_kept_state_fails_the_call_and_the_model
     config = attrs.evolve(config, mcp=(rekeyed,))
     async with running(config, model=model) as (coord, recorder):
         await recorder.wait_until(lambda e: e.type == "form.asked" and e.seq > last)
-        await coord.submit_form(session.id, form["id"], {"color": "red"})
+        await coord.submit_form(session_id, form["id"], {"color": "red"})
         await recorder.wait_until(lambda e: e.type == "session.idle" and e.seq > last)
         failed = [e for e in recorder.events if e.seq > last and e.type == "session.tool.failed"]
         error = failed[0].payload["error"]

@@ -13,7 +13,7 @@ import trio
 from coordinator import errors
 from coordinator.chaos import crash
 from tests.conftest import RecordingModel, running
-from tests.scenarios.test_mcp_calls import calls, mcp_config, recorded, until_ready, until_recorded
+from tests.scenarios.test_mcp_calls import calls, mcp_config, prompted, recorded, until_recorded
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +31,7 @@ def gone(pid: int) -> bool:
 async def test_an_accepted_form_reaches_the_server_converted_by_its_schema(tmp_path: Path) -> None:
     config, record = mcp_config(tmp_path)
     async with running(config, ASK) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
         assert asked["source"] == {"mcp": "fx"} and asked["call_id"] == "c0"
         assert asked["prompt"] == "Tell me about you"
@@ -46,16 +44,16 @@ async def test_an_accepted_form_reaches_the_server_converted_by_its_schema(tmp_p
         ]
         with pytest.raises(errors.InvalidRequest) as refused:
             await coord.submit_form(
-                session.id, asked["id"], {"name": "Ada", "age": "old", "subscribe": "yes", "color": "green"}
+                session_id, asked["id"], {"name": "Ada", "age": "old", "subscribe": "yes", "color": "green"}
             )
         assert "'age'" in refused.value.message
         with pytest.raises(errors.InvalidRequest) as refused:
             await coord.submit_form(
-                session.id, asked["id"], {"name": "Ada", "age": 3, "subscribe": True, "color": "pink"}
+                session_id, asked["id"], {"name": "Ada", "age": 3, "subscribe": True, "color": "pink"}
             )
         assert "'color'" in refused.value.message
         answers = {"name": "Ada", "age": "36", "subscribe": "true", "color": "green"}
-        form = await coord.submit_form(session.id, asked["id"], answers)
+        form = await coord.submit_form(session_id, asked["id"], answers)
         assert form.answers == {"name": "Ada", "age": 36, "subscribe": True, "color": "green"}
         await recorder.wait_for("session.idle")
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
@@ -68,11 +66,9 @@ async def test_an_accepted_form_reaches_the_server_converted_by_its_schema(tmp_p
 async def test_a_form_dismissed_with_a_message_declines_and_the_call_goes_on(tmp_path: Path) -> None:
     config, record = mcp_config(tmp_path)
     async with running(config, ASK) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
-        await coord.dismiss_form(session.id, asked["id"], message="not now")
+        await coord.dismiss_form(session_id, asked["id"], message="not now")
         await recorder.wait_for("session.idle")
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
         assert output["content"][0]["text"] == "no profile: decline"
@@ -83,11 +79,9 @@ async def test_a_form_dismissed_with_a_message_declines_and_the_call_goes_on(tmp
 async def test_a_dismissed_form_is_a_declined_stop_and_the_server_gets_cancel(tmp_path: Path) -> None:
     config, record = mcp_config(tmp_path)
     async with running(config, ASK) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
-        await coord.dismiss_form(session.id, asked["id"])
+        await coord.dismiss_form(session_id, asked["id"])
         await recorder.wait_for("session.idle")
         assert recorder.of("session.execution.interrupted")[0].payload["reason"]["type"] == "declined"
         assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "declined"
@@ -100,18 +94,16 @@ async def test_an_interrupt_revokes_the_question_and_the_server_hears_cancel_the
 ) -> None:
     config, record = mcp_config(tmp_path)
     async with running(config, ASK) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
-        assert await coord.interrupt(session.id)
+        assert await coord.interrupt(session_id)
         await recorder.wait_for("session.idle")
         revoked = recorder.of("form.revoked")[0].payload
         assert revoked["form_id"] == asked["id"] and revoked["reason"]["type"] == "interrupt"
         assert recorder.of("session.tool.failed")[0].payload["error"]["type"] == "interrupted"
         with pytest.raises(errors.FormAlreadySettled) as late:
             await coord.submit_form(
-                session.id, asked["id"], {"name": "Ada", "age": 1, "subscribe": True, "color": "red"}
+                session_id, asked["id"], {"name": "Ada", "age": 1, "subscribe": True, "color": "red"}
             )
         assert late.value.settlement["status"] == "revoked"
         await until_recorded(record, "cancelled_notification")
@@ -125,13 +117,11 @@ async def test_the_calls_deadline_does_not_count_the_time_a_person_takes_to_answ
     config, _ = mcp_config(tmp_path)
     config = attrs.evolve(config, mcp=(attrs.evolve(config.mcp[0], timeout=0.5),))
     async with running(config, ASK) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
         await trio.sleep(1.0)
         await coord.submit_form(
-            session.id, asked["id"], {"name": "A", "age": 1, "subscribe": False, "color": "red"}
+            session_id, asked["id"], {"name": "A", "age": 1, "subscribe": False, "color": "red"}
         )
         await recorder.wait_for("session.idle")
         assert recorder.of("session.tool.succeeded")
@@ -143,9 +133,7 @@ async def test_a_shutdown_revokes_a_servers_question_and_the_resume_asks_the_mod
     config, record = mcp_config(tmp_path)
     script = [calls(("fx__ask", {})), {"text": "after the restart"}]
     async with running(config, script) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
         pid = recorded(record)[0]["pid"]
     assert gone(pid)
@@ -164,14 +152,12 @@ async def test_a_shutdown_revokes_a_servers_question_and_the_resume_asks_the_mod
 async def test_two_questions_of_one_call_are_two_forms_each_answered_once(tmp_path: Path) -> None:
     config, _ = mcp_config(tmp_path)
     async with running(config, [calls(("fx__ask_twice", {})), {"text": "ok"}]) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        session_id = await prompted(coord)
         first = (await recorder.wait_for("form.asked")).payload["form"]
-        await coord.submit_form(session.id, first["id"], {"color": "red"})
+        await coord.submit_form(session_id, first["id"], {"color": "red"})
         second = (await recorder.wait_for("form.asked", 2)).payload["form"]
         assert second["id"] != first["id"] and second["prompt"] == "Second question"
-        await coord.submit_form(session.id, second["id"], {"color": "blue"})
+        await coord.submit_form(session_id, second["id"], {"color": "blue"})
         await recorder.wait_for("session.idle")
         output = recorder.of("session.tool.succeeded")[0].payload["output"]
         assert output["content"][0]["text"] == "red then blue"
@@ -183,9 +169,7 @@ async def test_after_a_crash_a_servers_2025_question_is_revoked_before_the_model
     config, _ = mcp_config(tmp_path)
     model = RecordingModel.from_json([calls(("fx__ask", {})), {"text": "after the crash"}])
     async with running(config, model=model) as (coord, recorder):
-        await until_ready(coord)
-        session = await coord.create_session(title="t")
-        await coord.prompt(session.id, "go")
+        await prompted(coord)
         asked = (await recorder.wait_for("form.asked")).payload["form"]
         await crash(coord)
     last = recorder.events[-1].seq
