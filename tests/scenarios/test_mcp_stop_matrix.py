@@ -1,5 +1,5 @@
 """Every stop at every point of an MCP call: while the server works on it, after it reported
-progress, while its question waits for a person. Each cause (interrupt, a decline, a dismissal, the
+progress, while its question waits for a person, after its result arrived but before it settled. Each cause (interrupt, a decline, a dismissal, the
 tool's, the question's and the turn's deadlines, a shutdown, a parent's stop) settles the call with its reason, in
 order, tells the server (``notifications/cancelled`` for the call, ``cancel`` for its question), and
 nothing resumes that must not; no server process outlives the coordinator."""
@@ -17,6 +17,7 @@ import trio
 from coordinator import Coordinator
 from coordinator.config import TimeoutsConfig
 from tests.conftest import Recorder, running
+from tests.scenarios.test_chaos_findings import OnCheckpoint
 from tests.scenarios.test_mcp_calls import mcp_config, recorded, until_ready, until_recorded
 
 pytestmark = pytest.mark.slow
@@ -173,3 +174,26 @@ async def test_a_parents_stop_reaches_the_server_of_its_sub_agents_call(tmp_path
         start = next(r for r in recorded(record) if r["kind"] == "start")
         cancelled = await until_recorded(record, "cancelled_notification")
         assert cancelled[0]["params"]["requestId"] == int(start["request_id"])
+
+
+async def test_a_stop_after_the_result_arrived_but_before_it_settled_drops_the_result(tmp_path: Path) -> None:
+    config, record = mcp_config(tmp_path)
+    stopped: dict[str, Coordinator] = {}
+
+    async def interrupt(turn: Any) -> None:
+        assert await stopped["coord"].interrupt(turn.session_id)
+
+    injector = OnCheckpoint("tool.end", interrupt)
+    script = [{"tool_calls": [{"id": "c0", "name": "fx__echo", "input": {"text": "late"}}]}, {"text": "x"}]
+    async with running(config, script, injector=injector) as (coord, recorder):
+        stopped["coord"] = coord
+        await until_ready(coord)
+        session = await coord.create_session(title="t")
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        assert injector.done
+        assert not recorder.of("session.tool.succeeded")
+        failed = recorder.of("session.tool.failed")[0].payload["error"]
+        assert failed["type"] == "interrupted" and failed["started"] is True
+        assert recorder.of("session.execution.interrupted")[0].payload["reason"]["type"] == "interrupt"
+    assert [r["kind"] for r in recorded(record)] == ["echo"]  # it ran; its result is not the call's
