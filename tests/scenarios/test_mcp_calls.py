@@ -173,3 +173,21 @@ async def test_a_server_that_dies_mid_call_fails_the_call_and_is_connected_again
         assert recorder.of("session.tool.succeeded")[0].payload["output"]["structured"] == {"said": "back"}
     pids = {r["pid"] for r in recorded(record)}
     assert len(pids) == 2
+
+
+async def test_a_server_that_cannot_start_is_failed_with_why_and_the_coordinator_serves(
+    tmp_path: Path,
+) -> None:
+    missing = McpConfig(name="gone", command=(str(tmp_path / "no-such-server"),))
+    config = attrs.evolve(make_config(tmp_path, rules=ASK_SHELL), mcp=(missing,))
+    async with running(config, [calls(("gone__read", {})), {"text": "ok"}]) as (coord, recorder):
+        await eventually(lambda: coord.mcp_servers()[0].status == "failed")
+        state = coord.mcp_servers()[0]
+        assert (
+            state.error is not None and "cannot start it" in state.error and "no-such-server" in state.error
+        )
+        session = await coord.create_session(title="t")
+        await coord.prompt(session.id, "go")
+        await recorder.wait_for("session.idle")
+        error = recorder.of("session.tool.failed")[0].payload["error"]
+        assert error["type"] == "error" and "'gone' is not ready (failed" in error["message"]
