@@ -27,6 +27,7 @@ LEAK_GRACE = 0.2
 KILL_WAIT = 2.0  # wall seconds for the killed leaks to end, so that no later check sees them
 
 CallKey = tuple[str, str]  # (session id, call id)
+MCP_SERVER = "chaos/mcp_server.py"  # in the command line of the campaign's MCP server
 ProcessKey = tuple[int, int]  # (pid, start time)
 
 
@@ -88,10 +89,14 @@ class ProcessLedger:
 
     def _look(self, *, final: bool = False) -> None:
         self.alive = processes.descendants()
+        servers = {
+            seen.pgid for seen in self.alive.values() if seen.pid == seen.pgid and MCP_SERVER in seen.command
+        }
         for process, seen in self.alive.items():
             if process not in self.seen:
                 self.seen[process] = seen
-                self.suspects[process] = frozenset(self.recent)
+                # An MCP server's group is the coordinator's, not a call's: judged at the run's end.
+                self.suspects[process] = frozenset() if seen.pgid in servers else frozenset(self.recent)
         self.recent = set(self.running)
         now = time.monotonic()
         for process, since in list(self.candidates.items()):

@@ -103,6 +103,7 @@ async def _drive_open_coordinator(
             user = state.world.scenario
             nursery.start_soon(run_scenario, user, coord, scenario, state.record, watch.tick)
         elif number == 0:
+            await _servers_ready(coord)
             await _start_sessions(state, coord)
         outcome.end = await Driver(state, coord, number, receive, watch, scenario).drive()
         outcome.store_failed = watch.fired
@@ -113,6 +114,17 @@ async def _drive_open_coordinator(
             subscriber.cancel()
     if outcome.end != "stuck":
         check_bus(state.record, view, outcome.first_seq, seen)
+
+
+# Seconds the first phase waits for its MCP servers before its first prompt (a server's process
+# starts in about a second); later phases resume at once, with their servers still connecting.
+MCP_READY_SECONDS = 15.0
+
+
+async def _servers_ready(coord: Coordinator) -> None:
+    with trio.move_on_after(MCP_READY_SECONDS):
+        while any(server.status != "ready" for server in coord.mcp_servers()):  # noqa: ASYNC110
+            await trio.sleep(0.02)
 
 
 async def _start_sessions(state: RunState, coord: Coordinator) -> None:

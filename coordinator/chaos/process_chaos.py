@@ -65,7 +65,7 @@ entry = "coordinator.chaos.tools:slow"
 
 [[mcp]]
 name = "chaos"
-command = ["{python}", "-m", "coordinator.chaos.mcp_server"]
+command = ["{python}", "{mcp_server}"]
 
 [[permission]]
 action = "*"
@@ -92,6 +92,7 @@ SCRIPT = [
     {"tool_calls": [{"id": "f", "name": "chaos__wait", "input": {"seconds": 0.3}}]},
     {"text": "done"},
 ]
+MCP_SERVER_FILE = Path(__file__).with_name("mcp_server.py")  # run as a file: no package to import
 START_SECONDS = 30.0  # for a server to print where it listens
 SETTLE_SECONDS = 30.0  # for the last server to settle every turn
 STOP_SECONDS = 15.0  # for a server to exit after SIGTERM (its shutdown grace is 5s)
@@ -143,7 +144,13 @@ async def run_round(seed: int, number: int, root: Path) -> RoundResult:
     folder.mkdir()
     digests = {name: hashlib.sha256(TOKENS[name].encode()).hexdigest() for name in USERS}
     (folder / "config.toml").write_text(
-        CONFIG.format(db=folder / "db.sqlite", admin=TOKENS["admin"], python=sys.executable, **digests)
+        CONFIG.format(
+            db=folder / "db.sqlite",
+            admin=TOKENS["admin"],
+            python=sys.executable,
+            mcp_server=MCP_SERVER_FILE,
+            **digests,
+        )
     )
     (folder / "script.json").write_text(json.dumps(SCRIPT))
     record = RunRecord(track_intents=False)

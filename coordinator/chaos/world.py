@@ -7,6 +7,7 @@ schedule with an injection removed (shrinking) still drives the same world.
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import trio
 
 from coordinator.chaos.setup import Scenario, Setup
 from coordinator.chaos.streaming import Streamed, Tee
-from coordinator.config import Config, ModelConfig, PluginConfig, ServerConfig, TimeoutsConfig
+from coordinator.config import Config, McpConfig, ModelConfig, PluginConfig, ServerConfig, TimeoutsConfig
 from coordinator.errors import ConfigError
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest
 from coordinator.models.history import conversation_for_model
@@ -83,6 +84,7 @@ def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     # that the other draws, and the runs tests/coordinator/chaos/test_campaign.py::FOUND pins by seed
     # and index, do not depend on them (the salt keeps those runs without sub-agents).
     sub_rng = random.Random(f"task:{rng.getstate()[1][:8]}")
+    mcp_rng = random.Random(f"mcp:{rng.getstate()[1][:8]}")
     processes = rng.random() < 0.2
     sessions = 1 if processes else rng.choice((1, 1, 2, 2, 3))
     scripts = tuple(_script(rng, s, processes) for s in range(sessions))
@@ -98,7 +100,28 @@ def make_world(rng: random.Random, base_dir: Path, db: Path) -> World:
     server = ServerConfig(db=str(db), lease=15, max_resumes=5, shutdown_grace=10)
     config = Config(server=server, timeouts=timeouts, permission=RULES, plugin=PLUGINS, base_dir=base_dir)
     world = World(config=config, scripts=scripts, prompts=prompts, processes=processes, turn_limit=TURN_LIMIT)
-    return world if processes else _with_sub_agents(sub_rng, world)
+    return _with_mcp_server(mcp_rng, world) if processes else _with_sub_agents(sub_rng, world)
+
+
+# A share of the worlds with real processes has an MCP server (a process of its own, over stdio), one
+# of whose session's calls becomes a call of its tool.
+MCP_SHARE = 0.5
+MCP_SERVER = McpConfig(name="chaos", command=(sys.executable, str(Path(__file__).with_name("mcp_server.py"))))
+
+
+def _with_mcp_server(rng: random.Random, world: World) -> World:
+    """The world with the campaign's MCP server, and one tool call of its script made a call of it
+    (drawn from a generator of its own: the other draws stay as they were)."""
+    if rng.random() >= MCP_SHARE:
+        return world
+    items = [dict(item) for item in world.scripts[0]]
+    step = rng.randrange(len(items) - 1)  # the last item is the text answer
+    calls = list(items[step]["tool_calls"])
+    seconds = rng.choice((0.01, 0.05, 0.5))
+    calls[0] = {"id": calls[0]["id"], "name": "chaos__wait", "input": {"seconds": seconds}}
+    items[step]["tool_calls"] = calls
+    config = attrs.evolve(world.config, mcp=(MCP_SERVER,))
+    return attrs.evolve(world, config=config, scripts=(tuple(items), *world.scripts[1:]))
 
 
 # A share of the worlds without real processes gives one session a sub-agent,
