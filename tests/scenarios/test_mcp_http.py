@@ -71,3 +71,22 @@ async def test_a_server_that_is_down_is_failed_named_and_connected_once_it_is_up
             await until_ready(coord)
             assert "web__echo" in coord.mcp_servers()[0].tools
     assert recorded(record) == []
+
+
+async def test_a_question_over_http_is_a_form_and_its_answer_retries_the_call(tmp_path: Path) -> None:
+    record = tmp_path / "fixture.jsonl"
+    async with http_fixture(record) as url:
+        server = McpConfig(name="web", url=url)
+        config = attrs.evolve(make_config(tmp_path, rules=ASK_SHELL), mcp=(server,))
+        script = [calls(("web__ask_state", {})), {"text": "ok"}]
+        async with running(config, script) as (coord, recorder):
+            await until_ready(coord)
+            session = await coord.create_session(title="t")
+            await coord.prompt(session.id, "go")
+            form = (await recorder.wait_for("form.asked")).payload["form"]
+            assert form["source"] == {"mcp": "web"}
+            await coord.submit_form(session.id, form["id"], {"color": "red", "n": 2})
+            await recorder.wait_for("session.idle")
+            output = recorder.of("session.tool.succeeded")[0].payload["output"]
+            assert output["content"][0]["text"] == "accept: {'color': 'red', 'n': 2} (fixed-state)"
+    assert [r["answered"] for r in recorded(record) if r["kind"] == "ask_state"] == [[], ["pick"]]
