@@ -96,7 +96,9 @@ async def run(
     # actors, run by this very function), so a deadline that cuts them off reaches them with its reason.
     running = handle.child("tool_run", call.call_id)
     capabilities = capabilities_of(turn.tools, call.name)
-    context = tool_services.build_context(turn, running, call, capabilities, run_nested=run)
+    context = tool_services.build_context(
+        turn, running, call, capabilities, run_nested=run, restored=restored
+    )
     progress = Progress()
     with (
         turn.runtime.tracing.tool_call(call, handle) as span,

@@ -50,13 +50,15 @@ def build_context(
     call: ToolCallRow,
     capabilities: Capabilities,
     run_nested: CallRunner,
+    restored: bool = False,
 ) -> ToolContext:
     """The context the tool of ``call`` runs with; its state is read back for the partial result.
 
     It offers the services the tool's ``capabilities`` call for: a script's run (``coordinator/tools/execute_script.py``),
     its nested calls (each run by ``run_nested``: a tool-call actor under this one) and its log lines
     to a tool that ``runs_nested_calls``; a sub-agent's turn to one that ``runs_sub_agent`` (where the
-    runtime runs sub-agents); forms, progress and the records of its process groups to any.
+    runtime runs sub-agents); forms, progress and the records of its process groups to any; the
+    question it asked before a restart to a call ``restored`` after one.
     """
     context = ToolContext(
         session_id=turn.session_id,
@@ -72,7 +74,9 @@ def build_context(
     context.stop_reason = handle.effective_reason
     context.open_form = services.open_form
     context.publish_progress = services.publish_progress
-    context.kept_question = services.kept_question
+    if restored:
+        # Only a call restored after a restart can have asked a question before: no read for others.
+        context.kept_question = services.kept_question
     owner = GroupOwner(instance_id=turn.runtime.instance_id, session_id=turn.session_id, call_id=call.call_id)
     context.process_groups = StoredGroups(turn.runtime.store, owner)
     if turn.runtime.lives is not None:

@@ -147,7 +147,8 @@ class ToolContext:
     # Why the call is being stopped, for the tool's shielded cleanup to act on (an MCP client tells
     # its server); None while it runs, and when it fails or succeeds on its own.
     stop_reason: Callable[[], StopReason | None] = lambda: None
-    # The server's question a restored call asked before the restart (an MCP call's), if any.
+    # The server's question a restored call asked before the restart (an MCP call's), if any; None
+    # for a call that was not restored.
     kept_question: Callable[[], Awaitable[KeptQuestion | None]] | None = None
     # Stores and publishes one progress report of an MCP server at once, in order (none coalesced).
     publish_progress: Callable[[ServerProgress], Awaitable[None]] | None = None
