@@ -19,6 +19,7 @@ from coordinator import errors
 from coordinator._coordinator import Coordinator
 from coordinator._open import open_coordinator as open_trio_coordinator
 from coordinator.events import Event
+from coordinator.timeslice import TimeSlice, share_host_loop
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,17 +40,45 @@ class Guest:
         self._calls: trio.Nursery | None = None
         self._leave = trio.Event()  # set in trio: the block was left
         self.done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+        self._slice = TimeSlice()
+        self._driving = False
+        self._next_ticks: deque[Callable[[], object]] = deque()
 
     def start(self, opened: asyncio.Future[Coordinator], options: dict[str, Any]) -> None:
         trio.lowlevel.start_guest_run(
             self._main,
             opened,
             options,
-            run_sync_soon_threadsafe=self._loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=self._loop.call_soon,
+            run_sync_soon_threadsafe=self._tick_from_thread,
+            run_sync_soon_not_threadsafe=self._tick_soon,
             done_callback=self._finished,
             host_uses_signal_set_wakeup_fd=True,
         )
+
+    def _tick_from_thread(self, tick: Callable[[], object]) -> None:
+        self._loop.call_soon_threadsafe(self._drive, tick)
+
+    def _tick_soon(self, tick: Callable[[], object]) -> None:
+        if self._driving:
+            self._next_ticks.append(tick)
+        else:
+            self._loop.call_soon(self._drive, tick)
+
+    def _drive(self, tick: Callable[[], object]) -> None:
+        """One slice of the host loop's time: trio's rounds one after another until it is used up
+        (or trio waits for I/O), then the host loop runs (``coordinator/timeslice.py``).
+
+        Each round would otherwise be one iteration of the host loop, with its own poll for I/O."""
+        self._slice.start()
+        self._driving = True
+        try:
+            tick()
+            while self._next_ticks and not self._slice.used_up():
+                self._next_ticks.popleft()()
+        finally:
+            self._driving = False
+            while self._next_ticks:
+                self._loop.call_soon(self._drive, self._next_ticks.popleft())
 
     def _finished(self, result: outcome.Outcome[None]) -> None:
         if not self.done.done():
@@ -57,6 +86,7 @@ class Guest:
 
     async def _main(self, opened: asyncio.Future[Coordinator], options: dict[str, Any]) -> None:
         """Open the coordinator, serve the host's calls until it leaves the block, shut down."""
+        share_host_loop(self._slice)
         async with trio.open_nursery() as calls:
             try:
                 async with open_trio_coordinator(**options) as coord:
@@ -130,6 +160,12 @@ class Guest:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(scope.cancel)
 
+    def run_soon(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` in trio soon (from the host's loop); nothing once the run ended."""
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(fn)
+
     def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Start ``fn`` as a trio task under the coordinator (called in trio)."""
         assert self._calls is not None
@@ -151,8 +187,10 @@ def _settle(future: asyncio.Future[Any], result: outcome.Outcome[Any]) -> None:
 
 
 class AioSubscription:
-    """``coord.subscribe(...)`` for asyncio: the trio subscription runs in a task of the coordinator,
-    and each round trip to it hands over every event that arrived meanwhile (up to ``EVENT_BATCH``).
+    """``coord.subscribe(...)`` for asyncio: the trio subscription runs in a task of the coordinator
+    that hands each event straight to this side (same thread, no round trip), up to ``EVENT_BATCH``
+    unread; beyond that it stops reading until this side catches up, and the trio subscription falls
+    back on the store as for any slow reader.
 
     ``aclose()`` ends it; so does dropping it (its finalizer cancels the trio task).
     """
@@ -160,63 +198,77 @@ class AioSubscription:
     def __init__(self, guest: Guest, open_trio: Callable[[], AsyncIterator[Event]]) -> None:
         self._guest = guest
         self._open_trio = open_trio
-        self._pending: deque[Event] = deque()
-        self._receive: trio.MemoryReceiveChannel[Event] | None = None
-        self._scope = trio.CancelScope()
-        self._failure: list[Exception] = []
-        self._ended = False
-        weakref.finalize(self, guest.cancel_soon, self._scope)
+        self._feed = _Feed(guest._loop)
+        self._started = False
+        weakref.finalize(self, guest.cancel_soon, self._feed.scope)
 
     def __aiter__(self) -> AioSubscription:
         return self
 
     async def __anext__(self) -> Event:
-        if not self._pending:
-            if self._ended:
+        feed = self._feed
+        if not self._started:
+            self._started = True
+            await self._guest.call(self._start)
+        while not feed.pending:
+            if feed.ended:
+                if feed.failure:
+                    raise feed.failure[0]
                 raise StopAsyncIteration
-            if self._receive is None:
-                self._receive = await self._guest.call(self._start)
-            batch = await self._guest.call(_receive_batch, self._receive)
-            if not batch:
-                self._ended = True
-                if self._failure:
-                    raise self._failure[0]
-                raise StopAsyncIteration
-            self._pending.extend(batch)
-        return self._pending.popleft()
+            feed.waiter = self._guest._loop.create_future()
+            try:
+                await feed.waiter
+            finally:
+                feed.waiter = None
+        event = feed.pending.popleft()
+        if feed.room is not None and len(feed.pending) < EVENT_BATCH // 2:
+            room, feed.room = feed.room, None
+            self._guest.run_soon(room.set)
+        return event
 
     async def aclose(self) -> None:
         """End the subscription; events not yet read are dropped."""
-        self._ended = True
-        self._pending.clear()
-        self._guest.cancel_soon(self._scope)
+        self._feed.ended = True
+        self._feed.pending.clear()
+        self._guest.cancel_soon(self._feed.scope)
 
-    async def _start(self) -> trio.MemoryReceiveChannel[Event]:
-        """Start the trio side (in trio): a task that feeds a channel from the subscription."""
-        send, receive = trio.open_memory_channel[Event](EVENT_BATCH)
-        self._guest.start_soon(functools.partial(self._pump, send))
+    async def _start(self) -> None:
+        """Start the trio side (in trio)."""
+        if not self._feed.ended:
+            self._guest.start_soon(functools.partial(_pump, self._feed, self._open_trio))
         await trio.lowlevel.checkpoint()
-        return receive
-
-    async def _pump(self, send: trio.MemorySendChannel[Event]) -> None:
-        with self._scope, send:
-            try:
-                async for event in self._open_trio():
-                    await send.send(event)
-            except Exception as exc:
-                # The reader raises it once it has read what came before (``SessionNotFound`` at once).
-                self._failure.append(exc)
 
 
-async def _receive_batch(receive: trio.MemoryReceiveChannel[Event]) -> list[Event]:
-    """The next event and every one already waiting behind it; empty once the channel ended."""
-    try:
-        batch = [await receive.receive()]
-    except trio.EndOfChannel:
-        return []
-    while len(batch) < EVENT_BATCH:
+class _Feed:
+    """What the pump (trio) and the reader (asyncio) of one subscription share. Both run in the host
+    loop's thread, never at once, so no lock; the pump holds this and not the ``AioSubscription``, so
+    dropping the subscription lets its finalizer run."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.pending: deque[Event] = deque()
+        self.waiter: asyncio.Future[None] | None = None  # the reader waits for an event
+        self.room: trio.Event | None = None  # the pump waits for the reader to catch up
+        self.scope = trio.CancelScope()
+        self.failure: list[Exception] = []
+        self.ended = False
+
+    def wake_reader(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+async def _pump(feed: _Feed, open_trio: Callable[[], AsyncIterator[Event]]) -> None:
+    with feed.scope:
         try:
-            batch.append(receive.receive_nowait())
-        except (trio.WouldBlock, trio.EndOfChannel):
-            break
-    return batch
+            async for event in open_trio():
+                feed.pending.append(event)
+                feed.wake_reader()
+                if len(feed.pending) >= EVENT_BATCH:
+                    feed.room = trio.Event()
+                    await feed.room.wait()
+        except Exception as exc:
+            # The reader raises it once it has read what came before (``SessionNotFound`` at once).
+            feed.failure.append(exc)
+        finally:
+            feed.ended = True
+            feed.wake_reader()

@@ -86,6 +86,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "coordinator.wire",
             "coordinator.ids",
             "coordinator.clock",
+            "coordinator.timeslice",
             "coordinator.config",
         ),
     ),

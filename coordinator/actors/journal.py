@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import attrs
-import trio
 
+from coordinator import timeslice
 from coordinator.actors.handle import ActorHandle
 from coordinator.errors import StoreError
 from coordinator.logs import get_logger
@@ -124,7 +124,7 @@ class Journal:
         """
         if self.handle.reason is not None:
             self._deferred.append(body)
-            await trio.lowlevel.checkpoint()
+            await timeslice.checkpoint()
             return False
         await self.write(body)
         return True
@@ -153,4 +153,4 @@ class Journal:
 
     async def _carry(self, body: Body) -> None:
         (self._deferred if self._deferred else self._carried).append(body)
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()

@@ -21,7 +21,7 @@ import attrs
 import structlog
 import trio
 
-from coordinator import events
+from coordinator import events, timeslice
 from coordinator.actors import settlement, step, stops, tool_call
 from coordinator.actors.context import SETTLE_SECONDS, Runtime, Takeover, TurnScope
 from coordinator.clock import now_rfc3339
@@ -258,7 +258,7 @@ async def _drive(scope: TurnScope) -> None:
         if not await step.run(scope):
             return
     await stops.decide(scope, Failure.too_many_steps(MAX_STEPS_PER_TURN))
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
 
 
 async def _resume(scope: TurnScope, takeover: Takeover) -> None:

@@ -18,7 +18,7 @@ import math
 import attrs
 import trio
 
-from coordinator import events
+from coordinator import events, timeslice
 from coordinator.actors import settlement, steers, stops, tool_call
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope
 from coordinator.actors.handle import ActorHandle
@@ -76,7 +76,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
     if not isinstance(begun, tuple):
         # The soft stop's intent is committed: the turn stops here, before asking the model again.
         stops.apply(turn.runtime, turn.turn_id, begun)
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         raise AssertionError("a stopped turn did not cancel its step")
     index, started, history = begun
     text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
@@ -149,7 +149,7 @@ async def _ask_model(turn: TurnScope, index: int, text: StepText, history: Histo
         assert limit is not None
         stop = Timeout.deadline("step", limit)
     await stops.decide(turn, stop)
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
     raise AssertionError("a stopped turn did not cancel its step")
 
 
@@ -200,7 +200,7 @@ async def _conversation(turn: TurnScope, history: History) -> tuple[ChatMessage,
     conversations = runtime.conversations
     # A scheduling point, as the read of its own had been: the chaos campaign's recorded runs replay
     # by the order of checkpoints across sessions (design/chaos.md).
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
     messages = conversations.messages_after(
         session_id, turn.epoch, history.after_ord, history.stored, history.model_ids
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from coordinator import events
+from coordinator import events, timeslice
 from coordinator.actors import stops
 from coordinator.actors.context import Runtime, Takeover, TurnRunner, TurnScope
 from coordinator.actors.handle import ActorHandle
@@ -217,11 +217,11 @@ async def _result(turn: TurnScope, call: ToolCallRow, sub_turn_id: str) -> dict[
     reason = row.stop_reason
     if row.status != TurnStatus.SETTLED or reason is None or reason.parent is not None:
         # Stopped (or suspended) because the parent's turn stopped: so does this call, with that reason.
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         raise ToolFailure(type="error", message=f"the sub-agent's turn {row.id} ended as its parent's stop")
     if row.outcome == "declined":
         await stops.decide(turn, Declined.by_sub_agent(call.call_id))
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         raise AssertionError("a stopped turn did not cancel its task call")
     assert row.outcome is not None  # a settled stop's outcome is its reason's
     error_type = tool_error_of_outcome(row.outcome)

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import trio
 
-from coordinator import permissions
+from coordinator import permissions, timeslice
 from coordinator.actors import settlement, stops, tool_services, wait
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope
 from coordinator.actors.handle import ActorHandle
@@ -197,7 +197,7 @@ async def _check_permission(
     )
     # A reject without a message has just stopped the turn: let that stop arrive here, so this call
     # settles with the others (after every wait's revocation) rather than ahead of them.
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
     if replied.decision == "reject":
         message = replied.message or "the user declined this tool call"
         raise ToolFailure(type="declined", message=message)
@@ -211,7 +211,7 @@ async def _session_rules(turn: TurnScope, siblings: Siblings | None) -> list[Rul
         return await turn.runtime.store.read(lambda reader: reader.session_rules(turn.session_id))
     # A scheduling point, as the read is: the chaos campaign's recorded runs replay by the order of
     # checkpoints across sessions (design/chaos.md).
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
     return siblings.rules
 
 
@@ -374,6 +374,6 @@ async def _kept_for_restore(turn: TurnScope, call: ToolCallRow, reason: StopReas
     if not reason.resumable:
         # Only a shutdown keeps anything: any other stop settles with no read (a read of nothing still
         # cost a transaction, several round trips on PostgreSQL).
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         return False
     return await turn.runtime.store.read(lambda reader: settlement.kept_for_restore(reader, call, reason))

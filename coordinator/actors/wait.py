@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 import attrs
 import trio
 
-from coordinator import clock, events, tracing
+from coordinator import clock, events, timeslice, tracing
 from coordinator.actors import revocation, stops
 from coordinator.actors.context import SETTLE_SECONDS, TurnScope, Waiter
 from coordinator.actors.handle import ActorHandle
@@ -194,7 +194,7 @@ async def _wait(
     # The configured value itself, as the reason has always carried it.
     limit = getattr(turn.runtime.config.timeouts, kind.scope)
     await stops.decide(turn, Timeout.deadline(kind.scope, limit))
-    await trio.lowlevel.checkpoint()
+    await timeslice.checkpoint()
     raise AssertionError(f"a stopped turn did not cancel its {kind.actor}")
 
 
@@ -209,7 +209,7 @@ async def _answered_meanwhile(
     answer, decline = kind.answer_of(answered, wait)
     if decline is not None:
         await stops.decide(turn, decline)
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
     return answer
 
 

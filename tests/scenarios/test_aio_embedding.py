@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
+from coordinator._guest import EVENT_BATCH
 from coordinator.aio import AioCoordinator, open_coordinator
 from coordinator.config import Config
 from coordinator.errors import CoordinatorClosed, SessionNotFound
@@ -272,6 +273,55 @@ def test_a_cancelled_call_cancels_its_trio_task(tmp_path: Path) -> None:
             await events.wait_for("session.idle")
 
     run(scenario)
+
+
+def test_a_reader_that_falls_behind_still_gets_every_event_once_in_order(tmp_path: Path) -> None:
+    """More events than the hand-over holds arrive while a subscription is not read: the trio side
+    stops reading and falls back on the store; the reader then gets every event, in seq order."""
+    turns = EVENT_BATCH // 6 + 20  # a turn is six events
+
+    async def scenario(watchdog: Watchdog) -> None:
+        async with opened(make_config(tmp_path), [DONE] * turns) as (coord, events):
+            session = await coord.create_session()
+            behind = coord.subscribe(after=0)
+            first = await behind.__anext__()  # started, then left unread
+            for count in range(1, turns + 1):
+                await coord.prompt(session.id, "go")
+                await events.wait_for("session.idle", count)
+            read = [first]
+            while len(read) < len(events.seen):
+                read.append(await asyncio.wait_for(behind.__anext__(), 10))
+            await behind.aclose()
+            assert len(events.seen) > EVENT_BATCH
+            assert [e.seq for e in read] == [e.seq for e in events.seen]
+            assert [e.seq for e in read] == list(range(1, len(read) + 1))
+
+    run(scenario)
+
+
+def test_a_dropped_subscription_ends_its_trio_side(tmp_path: Path) -> None:
+    async def scenario(watchdog: Watchdog) -> None:
+        async with opened(make_config(tmp_path), [DONE]) as (coord, events):
+            await coord.create_session()
+            await events.wait_for("session.created")
+            dropped = coord.subscribe(after=0)
+            await dropped.__anext__()
+            assert _subscribers(coord) == 2
+            del dropped  # no cycle holds it: it is finalized now (no gc.collect: it would block the loop)
+            for _ in range(200):
+                if _subscribers(coord) == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert _subscribers(coord) == 1
+
+    run(scenario)
+
+
+def _subscribers(coord: AioCoordinator) -> int:
+    for line in coord.metrics_text().splitlines():
+        if line.startswith("coordinator_event_subscribers "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no coordinator_event_subscribers in the metrics")
 
 
 def test_the_asyncio_coordinator_has_every_method_of_the_trio_one() -> None:

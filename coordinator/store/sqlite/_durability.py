@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 import apsw
 import trio
 
-from coordinator import clock, errors
+from coordinator import clock, errors, timeslice
 from coordinator.events import Event
 from coordinator.logs import get_logger
 from coordinator.store.sqlite._sync_asks import AskedSync, AskWhenIdle
@@ -160,6 +160,7 @@ class GroupDurability:
             if self._failed is not None:
                 raise self._failed
             await self._synced.park()
+        await timeslice.give_way()  # a sync wakes every session that committed meanwhile
 
     async def sync_now(self) -> None:
         """Until a cycle that began after this call is done (it covers every frame in the WAL now)."""

@@ -19,6 +19,7 @@ from typing import TypeVar
 import apsw
 import trio
 
+from coordinator import timeslice
 from coordinator.events import Event
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
@@ -43,7 +44,7 @@ class _ReadView(SqlReader):
     same queries called directly, on the trio thread (the form the code is moving away from)."""
 
     async def __call__(self, query: Callable[[Reader], T]) -> T:
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         return query(self)
 
 
@@ -61,7 +62,7 @@ class _Transaction(contextlib.AbstractAsyncContextManager[SqlTransaction]):
         self._began = 0.0
 
     async def __aenter__(self) -> SqlTransaction:
-        await trio.lowlevel.checkpoint()
+        await timeslice.checkpoint()
         store = self._store
         if store._in_transaction:
             raise RuntimeError("a store transaction is already open: a transaction body awaited")
