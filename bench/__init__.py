@@ -36,6 +36,7 @@ GROUPS = (
     "aio",
     "steering",
     "mcp",
+    "pg_rtt",
 )
 
 
@@ -117,6 +118,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         metrics_cost,
         peer,
         pg,
+        pg_rtt,
         processes,
         retention,
         scale,
@@ -162,6 +164,13 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
                 print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
                 continue
             figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
+        elif group == "pg_rtt":
+            url = pg.server_url(pg_option)
+            why = pg.unavailable(url)
+            if why is not None:
+                print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
+                continue
+            figures.update(await pg_rtt.measure_pg_rtt(workdir / "pg_rtt", sizes, url))
         elif group == "processes":
             figures.update(await processes.measure_processes(workdir, sizes))
         elif group == "instructions":

@@ -41,7 +41,8 @@ async def measure_aio(workdir: Path, sizes: Sizes) -> dict[str, float]:
     for round_ in range(sizes.repeats):
         trio_cpus.append(await sequential_cpu(workdir, f"aio-trio-{round_}.sqlite", once, per_session))
         aio_cpu, round_lag = await trio.to_thread.run_sync(
-            lambda: asyncio.run(_aio_figures(workdir, once, per_session, f"aio-{round_}.sqlite")),
+            asyncio.run,
+            _aio_figures(workdir, once, per_session, f"aio-{round_}.sqlite"),
             abandon_on_cancel=False,
         )
         aio_cpus.append(aio_cpu)

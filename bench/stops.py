@@ -14,7 +14,7 @@ import gc
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,21 @@ STOP_SCRIPT = [
 _OUTCOMES = {"interrupt": Interrupt.outcome, "decline": Declined.outcome}
 
 
-async def _one_stop(coordinator: Coordinator, watcher: TurnWatcher, kind: str) -> tuple[float, float, float]:
+async def one_stop(
+    coordinator: Coordinator,
+    watcher: TurnWatcher,
+    kind: str,
+    *,
+    before_stop: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[float, float, float]:
     """Block a fresh turn on its permission, stop it; returns (acknowledged, idle) latencies in s, and
-    when the stop began (``perf_counter``)."""
+    when the stop began (``perf_counter``). ``before_stop`` runs just before the stop (not timed)."""
     session = await coordinator.create_session("stop")
     turn_id = await coordinator.prompt(session.id, "go")
     asked = await watcher.wait_asked(session.id)
     await trio.sleep(SHELL_START_SECONDS)
+    if before_stop is not None:
+        await before_stop()
     started = time.perf_counter()
     if kind == "interrupt":
         if not await coordinator.interrupt(session.id):
@@ -92,9 +100,9 @@ async def _measure_pass(coordinator: Coordinator, sizes: Sizes, suffix: str) -> 
         nursery.start_soon(watcher.run)
         with _full_collections() as collections:
             for kind in ("interrupt", "decline"):
-                await _one_stop(coordinator, watcher, kind)  # warm up
+                await one_stop(coordinator, watcher, kind)  # warm up
                 syncs.clear()
-                samples = [await _one_stop(coordinator, watcher, kind) for _ in range(sizes.stops)]
+                samples = [await one_stop(coordinator, watcher, kind) for _ in range(sizes.stops)]
                 idle = [s[1] * 1000 for s in samples]
                 windows += [(s[2], s[2] + s[1]) for s in samples]
                 figures[f"{kind}_p99_ms{suffix}"] = p99(idle)

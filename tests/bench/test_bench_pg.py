@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _bench(out: Path, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "pg", "--pg", url, "--out", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--only", "pg,pg_rtt", "--pg", url, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -30,8 +30,9 @@ def _bench(out: Path, url: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_pg_group_writes_every_figure_as_a_number(tmp_path: Path) -> None:
-    """`coordinator bench --only pg` must print and record one node's and three nodes' turn rates and
-    the takeover's time (median and range), each a plain number."""
+    """`coordinator bench --only pg,pg_rtt` must print and record one node's and three nodes' turn
+    rates, the takeover's time (median and range), and a turn's and an interrupt's round trips and
+    times through the delaying proxy, each a plain number."""
     require_postgres()
     out = tmp_path / "latest.json"
     done = _bench(out, server_url())

@@ -17,10 +17,10 @@ from bench.report import HEADLINE_KEYS, INSTRUCTION_KEYS, PEER_KEYS, PG_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The pg group needs a PostgreSQL server (test_bench_pg.py runs it), the peer group LangGraph
-# (test_bench_peer.py), the instructions group valgrind and half a minute a child
+# The pg and pg_rtt groups need a PostgreSQL server (test_bench_pg.py runs them), the peer group
+# LangGraph (test_bench_peer.py), the instructions group valgrind and half a minute a child
 # (test_bench_instructions.py).
-SQLITE_GROUPS = tuple(group for group in GROUPS if group not in ("pg", "peer", "instructions"))
+SQLITE_GROUPS = tuple(group for group in GROUPS if group not in ("pg", "pg_rtt", "peer", "instructions"))
 SQLITE_KEYS = tuple(key for key in HEADLINE_KEYS if key not in (*PG_KEYS, *PEER_KEYS, *INSTRUCTION_KEYS))
 
 # Measured beside the headline figures: medians, acknowledgements, the parts of a turn, replay.
