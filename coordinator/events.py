@@ -72,6 +72,24 @@ class Draft:
     payload: Mapping[str, Any]
 
 
+@attrs.frozen(kw_only=True)
+class Emitted:
+    """An event a write transaction emitted. The store gives it its seq; a store across a network
+    learns the seq with the commit's answer, so read ``event`` once the write has returned (read
+    inside the transaction, it waits for the server)."""
+
+    draft: Draft
+    at: str
+    seq_of: Callable[[], int]
+
+    @property
+    def event(self) -> Event:
+        draft = self.draft
+        return Event(
+            seq=self.seq_of(), type=draft.type, session_id=draft.session_id, at=self.at, payload=draft.payload
+        )
+
+
 # Each type's payload, from its fields straight to its JSON object (``event_payloads.wire_builder``).
 _session_created = payloads.wire_builder(payloads.SessionCreated)
 _turn_started = payloads.wire_builder(payloads.TurnStarted)

@@ -171,8 +171,9 @@ def _claim(
     if current is None or current.status not in _STARTABLE[takeover is not None]:
         log.info("turn_moved_on", turn_id=turn_id, status=None if current is None else current.status)
         return None
-    if tx.is_parked(turn_id):
-        # Parked (resume = "manual") after this takeover was decided: only a resume releases it.
+    if takeover is not None and tx.is_parked(turn_id):
+        # Parked (resume = "manual") after this takeover was decided: only a resume releases it. (A
+        # queued turn is never parked: only a turn that ran can be.)
         log.info("turn_left_parked", turn_id=turn_id)
         return None
     since = now_rfc3339()

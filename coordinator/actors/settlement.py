@@ -345,6 +345,8 @@ def sweep(
     overrides the tool error the reason implies. ``partial_texts`` holds, by step id, the streamed
     text of steps whose own failure could not be written. ``tools``: the runtime's tool table.
     """
+    if not tx.has_leftovers(turn_id):
+        return  # one read where there is nothing to settle, instead of four
     kept = keep or _kept_for(tx, reason)
     running = children_first(tx.running_calls_of_turn(turn_id))
     kept_ids = {c.call_id for c in running if kept(c)}

@@ -25,7 +25,7 @@ from coordinator.actors.handle import ActorHandle
 from coordinator.actors.step_text import StepText
 from coordinator.clock import now_rfc3339
 from coordinator.errors import ModelError
-from coordinator.events import Draft, Event
+from coordinator.events import Draft, Emitted
 from coordinator.ids import new_id
 from coordinator.logs import get_logger
 from coordinator.models.base import ChatMessage, ModelReply, ModelRequest, ModelToolCall
@@ -56,7 +56,7 @@ async def run(turn: TurnScope) -> bool:
 async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
     after_ord = turn.runtime.conversations.kept_until(turn.session_id, turn.epoch)
 
-    def begin(tx: Transaction) -> tuple[int, Event, History] | StopReason:
+    def begin(tx: Transaction) -> tuple[int, Emitted, History] | StopReason:
         # The step boundary: a soft stop takes effect here, and steers are delivered here, so that
         # the request below carries them (coordinator/actors/steers.py).
         boundary = tx.boundary(turn.turn_id)
@@ -79,7 +79,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         await timeslice.checkpoint()
         raise AssertionError("a stopped turn did not cancel its step")
     index, started, history = begun
-    text = StepText(turn=turn, step_id=step_id, started_seq=started.stored_seq)
+    text = StepText(turn=turn, step_id=step_id, started_seq=started.event.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
         try:

@@ -88,7 +88,12 @@ class InputWrites(SqlReads):
     """Writes of steers, the queue, soft stops and edited inputs (inside a write transaction)."""
 
     def _run(self, query: str, args: tuple[Any, ...] = ()) -> int:
+        """Execute a statement; how many rows it changed (a backend across a network waits for it)."""
         return self.sql.run(query, args)
+
+    def _send(self, query: str, args: tuple[Any, ...] = ()) -> None:
+        """Execute a statement whose result is not read (it may travel with the next one or the commit)."""
+        self.sql.send(query, args)
 
     def insert_steer(
         self,
@@ -101,7 +106,7 @@ class InputWrites(SqlReads):
     ) -> None:
         # Numbered in its session as every row of a session is (``SqlTransaction._insert_numbered``).
         self.sql.serialize(session_id)
-        self._run(
+        self._send(
             "INSERT INTO steers(id, session_id, turn_id, text, status, created_at, sent_by, ord) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(ord) + 1, 0) FROM steers WHERE session_id = ?))",
             (steer_id, session_id, turn_id, text, SteerStatus.PENDING, created_at, sent_by, session_id),
@@ -129,12 +134,12 @@ class InputWrites(SqlReads):
         if row is None or row[0] is None:
             return  # no other turn waits: it is first already
         first = row[0]
-        self._run(
+        self._send(
             f"UPDATE turns SET ord = ord + 1 WHERE session_id = ? AND status = '{TurnStatus.QUEUED}' "
             "AND parent_call_id IS NULL AND id != ?",
             (session_id, turn_id),
         )
-        self._run("UPDATE turns SET ord = ? WHERE id = ?", (first, turn_id))
+        self._send("UPDATE turns SET ord = ? WHERE id = ?", (first, turn_id))
 
     def cancel_queued_turn(self, turn_id: str) -> bool:
         changed = self._run(
@@ -153,7 +158,7 @@ class InputWrites(SqlReads):
         return changed == 1
 
     def set_edited_input(self, session_id: str, call_id: str, edited: Any) -> None:
-        self._run(
+        self._send(
             "UPDATE tool_calls SET edited_input = ? WHERE session_id = ? AND call_id = ?",
             (dump_json(edited), session_id, call_id),
         )

@@ -49,7 +49,7 @@ class ProcessGroupWrites(SqlReads):
     """Writes of the recorded process groups (a transaction's)."""
 
     def record_process_group(self, group: ProcessGroupRow, created_at: str) -> None:
-        self.sql.run(
+        self.sql.send(
             f"INSERT INTO process_groups({PROCESS_GROUP_ROW.select}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 group.pgid,

@@ -8,7 +8,7 @@ time), and the few things the dialects spell differently.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 
@@ -24,6 +24,12 @@ class Connection(Protocol):
         """Execute a statement; the number of rows it changed."""
         ...
 
+    def send(self, sql: str, args: Sequence[Any] = ()) -> None:
+        """Execute a statement whose result nobody reads. A backend across a network may send it
+        with the next statement whose result is read, or with the commit: its error, if any, is
+        raised there."""
+        ...
+
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Execute a statement once for each parameter row."""
         ...
@@ -35,9 +41,11 @@ class Connection(Protocol):
         transaction anyway (SQLite's write lock)."""
         ...
 
-    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> int:
-        """Append an event to the log; its seq, which is never given again and becomes visible in
-        seq order (no event of a lower seq appears after one of a higher seq)."""
+    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> Callable[[], int]:
+        """Append an event to the log; returns how to learn its seq (a backend across a network
+        learns it with the commit's answer: asking earlier waits for the server). A seq is never
+        given again and becomes visible in seq order (no event of a lower seq appears after one of a
+        higher seq)."""
         ...
 
     def last_seq(self) -> int:

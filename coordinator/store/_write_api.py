@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from coordinator.events import Draft, Event
+from coordinator.events import Draft, Emitted
 from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
 from coordinator.statuses import ClaimState, FormStatus, StepStatus, TurnStatus
@@ -16,8 +16,9 @@ from coordinator.store.rows import InstanceRow, ProcessGroupRow, ToolCallRow
 class Transaction(Reader, Protocol):
     """A write transaction's view. Events it emits reach subscribers only after its commit."""
 
-    def emit(self, draft: Draft) -> Event:
-        """Append an event to the log in this transaction; returns it with its seq."""
+    def emit(self, draft: Draft) -> Emitted:
+        """Append an event to the log in this transaction; its ``event``, with its seq, is known at the
+        commit (asked for inside the transaction, it waits for the server)."""
         ...
 
     def sync_soon(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coordinator import clock, errors
-from coordinator.events import Draft, Event
+from coordinator.events import Draft, Emitted, Event
 from coordinator.reasons import ParentLink, StopReason, TextStatus
 from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolError
 from coordinator.statuses import (
@@ -36,11 +36,14 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     def __init__(self, sql: Connection) -> None:
         super().__init__(sql)
-        self.events: list[Event] = []
+        self.emitted: list[Emitted] = []
         self.sync_wanted_soon = False
 
-    def _run(self, query: str, args: tuple[Any, ...] = ()) -> int:
-        return self.sql.run(query, args)
+    @property
+    def events(self) -> list[Event]:
+        """The events emitted, with their seqs: read it after the commit (before it, a store across a
+        network waits for the server)."""
+        return [emitted.event for emitted in self.emitted]
 
     def _insert_numbered(
         self,
@@ -65,19 +68,19 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         computed = computed or {}
         columns = ", ".join((*values, *computed))
         placeholders = ", ".join(("?",) * len(values) + tuple(computed.values()))
-        self._run(
+        self._send(
             f"INSERT INTO {table}({columns}, ord) VALUES ({placeholders}, "
             f"(SELECT COALESCE(MAX(ord) + 1, 0) FROM {table}{where}))",
             (*values.values(), *args),
         )
 
-    def emit(self, draft: Draft) -> Event:
+    def emit(self, draft: Draft) -> Emitted:
         at = clock.now_rfc3339()
         payload = json.dumps(draft.payload, separators=(",", ":"))
-        seq = self.sql.insert_event(draft.type, draft.session_id, at, payload)
-        event = Event(seq=seq, type=draft.type, session_id=draft.session_id, at=at, payload=draft.payload)
-        self.events.append(event)
-        return event
+        seq_of = self.sql.insert_event(draft.type, draft.session_id, at, payload)
+        emitted = Emitted(draft=draft, at=at, seq_of=seq_of)
+        self.emitted.append(emitted)
+        return emitted
 
     def sync_soon(self) -> None:
         self.sync_wanted_soon = True
@@ -97,7 +100,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         self._insert_numbered("sessions", row, None, None, "sessions")
 
     def set_last_outcome(self, session_id: str, outcome: str) -> None:
-        self._run("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
+        self._send("UPDATE sessions SET last_outcome = ? WHERE id = ?", (outcome, session_id))
 
     def delete_session(self, session_id: str) -> int:
         return delete_session(self.sql, session_id)
@@ -113,7 +116,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         self._insert_numbered("turns", row, "session_id", session_id, session_id)
 
     def set_turn_status(self, turn_id: str, status: TurnStatus) -> None:
-        self._run("UPDATE turns SET status = ? WHERE id = ?", (TurnStatus(status), turn_id))
+        self._send("UPDATE turns SET status = ? WHERE id = ?", (TurnStatus(status), turn_id))
 
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
         changed = self._run(
@@ -126,7 +129,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
     def settle_turn(
         self, turn_id: str, status: TurnStatus, reason: StopReason | None, outcome: str | None
     ) -> None:
-        self._run(
+        self._send(
             "UPDATE turns SET status = ?, stop_reason = ?, outcome = ? WHERE id = ?",
             (TurnStatus(status), _reason(reason), outcome, turn_id),
         )
@@ -170,7 +173,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     def settle_step(self, step_id: str, status: StepStatus, reason: StopReason | None) -> None:
         query = "UPDATE steps SET status = ?, reason = ? WHERE id = ?"
-        self._run(query, (StepStatus(status), _reason(reason), step_id))
+        self._send(query, (StepStatus(status), _reason(reason), step_id))
 
     def succeed_step(self, step_id: str) -> bool:
         query = (
@@ -180,7 +183,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         return self._run(query, (step_id,)) == 1
 
     def save_streamed_text(self, step_id: str, text: str) -> None:
-        self._run("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
+        self._send("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
 
     # messages -------------------------------------------------------------------------------
     def insert_message(
@@ -244,13 +247,13 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         return changed == 1
 
     def mark_tool_started(self, session_id: str, call_id: str) -> None:
-        self._run(
+        self._send(
             "UPDATE tool_calls SET tool_started = 1 WHERE session_id = ? AND call_id = ?",
             (session_id, call_id),
         )
 
     def set_tool_progress(self, session_id: str, call_id: str, progress: Any) -> None:
-        self._run(
+        self._send(
             "UPDATE tool_calls SET progress = ? WHERE session_id = ? AND call_id = ?",
             (json.dumps(progress), session_id, call_id),
         )
@@ -261,32 +264,29 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
         self.sql.serialize(session_id)
-        self._run(
+        self._send(
             "INSERT INTO claims(session_id, owner, epoch, state, since) "
             f"VALUES (?, NULL, 0, '{ClaimState.RELEASED}', NULL) "
             "ON CONFLICT(session_id) DO NOTHING",
             (session_id,),
         )
-        changed = self._run(
+        claimed = self._one(
             f"UPDATE claims SET owner = ?, epoch = epoch + 1, state = '{ClaimState.HELD}', since = ? "
-            f"WHERE session_id = ? AND (state = '{ClaimState.RELEASED}' OR owner IS NOT DISTINCT FROM ?)",
+            f"WHERE session_id = ? AND (state = '{ClaimState.RELEASED}' OR owner IS NOT DISTINCT FROM ?) "
+            "RETURNING epoch",
             (owner, since, session_id, takeover_from),
         )
-        if changed != 1:
-            return 0
-        claim = self.get_claim(session_id)
-        assert claim is not None
-        return claim.epoch
+        return 0 if claimed is None else int(claimed[0])
 
     def set_claim_state(self, session_id: str, state: ClaimState) -> None:
         if state == ClaimState.RELEASED:
-            self._run(
+            self._send(
                 f"UPDATE claims SET state = '{ClaimState.RELEASED}', owner = NULL, since = NULL "
                 "WHERE session_id = ?",
                 (session_id,),
             )
         else:
-            self._run("UPDATE claims SET state = ? WHERE session_id = ?", (ClaimState(state), session_id))
+            self._send("UPDATE claims SET state = ? WHERE session_id = ?", (ClaimState(state), session_id))
 
     def suspend_dead_claim(self, session_id: str, dead_owner: str | None) -> bool:
         changed = self._run(
@@ -297,7 +297,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         return changed == 1
 
     def register_instance(self, instance: InstanceRow, started_at: str) -> None:
-        self._run(
+        self._send(
             "INSERT INTO instances(id, host, pid, boot_id, started_at, heartbeat, stopped, node_id) "
             "VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
             (
@@ -312,10 +312,10 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         )
 
     def beat(self, instance_id: str) -> None:
-        self._run("UPDATE instances SET heartbeat = ? WHERE id = ?", (self.sql.clock(), instance_id))
+        self._send("UPDATE instances SET heartbeat = ? WHERE id = ?", (self.sql.clock(), instance_id))
 
     def mark_instance_stopped(self, instance_id: str) -> None:
-        self._run("UPDATE instances SET stopped = 1 WHERE id = ?", (instance_id,))
+        self._send("UPDATE instances SET stopped = 1 WHERE id = ?", (instance_id,))
 
     # permission requests and rules ----------------------------------------------------------
     def insert_permission(self, request: PermissionRequest, turn_id: str, deadline_at: float | None) -> None:

@@ -2,12 +2,18 @@
 
 Runs in a worker thread, on one pooled connection, inside one transaction (or a read-only one for a
 read view). The queries are written with ``?`` parameters; psycopg takes ``%s``.
+
+A store's transaction runs in psycopg's pipeline mode: a statement whose result nobody reads
+(``send``, an event's insert, the fence) is not waited for; it travels to the server with the next
+statement whose result is read, or with the COMMIT. So a transaction costs one round trip to the
+server, plus one for each result its body reads before the commit. An error of a statement sent
+ahead is raised where the connection next waits: it still rolls the whole transaction back.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -19,8 +25,16 @@ from coordinator import errors
 RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 
-def mapped(exc: psycopg.Error) -> errors.StoreError:
-    """The store error that ``exc`` is, naming psycopg's class (``OperationalError: ...``)."""
+FENCED = "CF001"
+"""The SQLSTATE ``coordinator_fence`` raises (``_migrations.py``): the claim has moved on."""
+
+
+def mapped(exc: psycopg.Error) -> errors.StoreError | errors.Fenced:
+    """The store error that ``exc`` is, naming psycopg's class (``OperationalError: ...``); the
+    fence's own error is ``Fenced``."""
+    if exc.sqlstate == FENCED and exc.diag.message_detail:
+        session_id, epoch = exc.diag.message_detail.rsplit(" ", 1)
+        return errors.Fenced(session_id=session_id, epoch=int(epoch))
     message = f"{type(exc).__name__}: {str(exc).strip()}"
     if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled | pg_errors.TooManyConnections):
         return errors.StoreBusy(message)
@@ -45,16 +59,20 @@ class PsycopgConnection:
     its seq and stays locked until the commit, so seqs become visible in seq order.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline | None = None) -> None:
         self.conn = conn
+        self._pipeline = pipeline
         self._serialized: set[str] = set()
 
     def all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cursor = self._execute(sql, args)
+        cursor = self._execute(sql, args, wait=True)
         return cursor.fetchall() if cursor.description is not None else []
 
     def run(self, sql: str, args: Sequence[Any] = ()) -> int:
-        return self._execute(sql, args).rowcount
+        return self._execute(sql, args, wait=True).rowcount
+
+    def send(self, sql: str, args: Sequence[Any] = ()) -> None:
+        self._execute(sql, args)
 
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:
@@ -65,9 +83,14 @@ class PsycopgConnection:
         except psycopg.Error as exc:
             raise mapped(exc) from exc
 
-    def _execute(self, sql: str, args: Sequence[Any]) -> psycopg.Cursor[Any]:
+    def _execute(self, sql: str, args: Sequence[Any], *, wait: bool = False) -> psycopg.Cursor[Any]:
+        """Execute; with ``wait``, return once its result (and that of every statement sent before
+        it) is in."""
         try:
-            return self.conn.execute(to_psycopg(sql), tuple(args))
+            cursor = self.conn.execute(to_psycopg(sql), tuple(args))
+            if wait and self._pipeline is not None:
+                self._pipeline.sync()
+            return cursor
         except RETRYABLE:
             raise
         except psycopg.Error as exc:
@@ -75,23 +98,29 @@ class PsycopgConnection:
 
     def serialize(self, scope: str) -> None:
         if scope not in self._serialized:
-            self._execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (scope,))
+            self.send("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (scope,))
             self._serialized.add(scope)
 
-    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> int:
+    def fence(self, session_id: str, owner: str, epoch: int) -> None:
+        """Take the session's lock, and fail the transaction with ``Fenced`` unless ``owner`` still
+        holds its claim at ``epoch``: one statement, which nothing waits for (its error rolls the
+        transaction back wherever it is raised)."""
+        self.send("SELECT coordinator_fence(?, ?, ?)", (session_id, owner, epoch))
+        self._serialized.add(session_id)
+
+    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> Callable[[], int]:
         # One statement: the counter's row lock is taken as late as the event needs it, with no
         # round trip to Python while it is held before the rest of the body.
-        row = self._execute(
+        cursor = self._execute(
             "WITH counter AS (UPDATE event_counter SET last = last + 1 WHERE id = 1 RETURNING last) "
             "INSERT INTO events(seq, type, session_id, at, payload) "
             "SELECT last, ?, ?, ?, ? FROM counter RETURNING seq",
             (type, session_id, at, payload),
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+        )
+        return _ReturnedSeq(cursor)
 
     def last_seq(self) -> int:
-        row = self._execute("SELECT last FROM event_counter WHERE id = 1", ()).fetchone()
+        row = self._execute("SELECT last FROM event_counter WHERE id = 1", (), wait=True).fetchone()
         return 0 if row is None else int(row[0])
 
     def last_seq_sql(self) -> str:
@@ -102,9 +131,30 @@ class PsycopgConnection:
         return f"(({column})::jsonb ->> '{key}')"
 
     def clock(self) -> float:
-        row = self._execute("SELECT extract(epoch FROM clock_timestamp())::float8", ()).fetchone()
+        row = self._execute("SELECT extract(epoch FROM clock_timestamp())::float8", (), wait=True).fetchone()
         assert row is not None
         return float(row[0])
 
     def page_counts(self) -> tuple[int, int]:
         return 0, 0  # PostgreSQL's autovacuum gives space back itself
+
+
+class _ReturnedSeq:
+    """The seq an event's insert returns, read from its cursor once the result is in (reading it
+    earlier waits for the server)."""
+
+    __slots__ = ("_cursor", "_seq")
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor: psycopg.Cursor[Any] | None = cursor
+        self._seq = 0
+
+    def __call__(self) -> int:
+        if self._cursor is not None:
+            try:
+                row = self._cursor.fetchone()
+            except psycopg.Error as exc:
+                raise mapped(exc) from exc
+            assert row is not None
+            self._seq, self._cursor = int(row[0]), None
+        return self._seq

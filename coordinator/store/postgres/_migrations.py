@@ -289,6 +289,26 @@ def _v11(execute: Callable[[str], Any]) -> None:
     )
 
 
+def _v12(execute: Callable[[str], Any]) -> None:
+    # PostgreSQL only: a write's fence as one statement whose result nothing waits for (the
+    # session's lock, then the claim's check), failing the transaction when the claim moved on.
+    execute(
+        """
+        CREATE OR REPLACE FUNCTION coordinator_fence(session TEXT, holder TEXT, claimed BIGINT)
+        RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(hashtextextended(session, 0));
+            PERFORM 1 FROM claims
+                WHERE session_id = session AND owner = holder AND epoch = claimed AND state = 'held';
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'claim on % at epoch % was taken over', session, claimed
+                    USING ERRCODE = 'CF001', DETAIL = session || ' ' || claimed;
+            END IF;
+        END $$;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [
     _v1,
     _v2,
@@ -301,4 +321,5 @@ MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [
     _v9,
     _v10,
     _v11,
+    _v12,
 ]

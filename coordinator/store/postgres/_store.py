@@ -48,6 +48,8 @@ log = get_logger(__name__)
 CHANNEL = "coordinator_events"
 """The NOTIFY channel: its payload is ``ORIGIN:SEQ``, the committing store and its commit's last seq."""
 
+_NOTIFY = "SELECT pg_notify(?, ?::text || last::text) FROM event_counter WHERE id = 1"
+
 RETRIES = 5
 """How often a transaction a deadlock (or a serialization failure) aborted is run again."""
 
@@ -102,7 +104,7 @@ class PostgresStore:
             self.last_own_seq = max(self.last_own_seq, events[-1].stored_seq)
             for callback in self._on_commit:
                 callback(events)
-            self._tail.own_commit(events[-1].stored_seq)
+            self._tail.own_commit(events)
         return result
 
     async def read(self, query: Callable[[Reader], T]) -> T:
@@ -171,32 +173,24 @@ class PostgresStore:
         raise errors.StoreBusy(f"a transaction was aborted {RETRIES} times by deadlocks")
 
     def _attempt(self, body: Callable[[Transaction], T], fence: Fence | None) -> tuple[list[Event], T]:
-        with self._connection() as conn:
-            with conn.transaction():
-                sql = PsycopgConnection(conn)
-                tx = SqlTransaction(sql)
-                if fence is not None:
-                    # The session's lock first: a takeover (``acquire_claim``) takes it too, so it
-                    # waits for this transaction, and this one then finds the claim moved on.
-                    sql.serialize(fence[0])
-                    tx.fence(*fence)
-                result = body(tx)
-                if tx.events:
-                    sql.run("SELECT pg_notify(?, ?)", (CHANNEL, f"{self._origin}:{tx.events[-1].stored_seq}"))
-                if self._commit_hook is not None:
-                    self._commit_hook(tx)
-            return tx.events, result
+        with self._connection() as conn, _transaction(conn, "BEGIN") as sql:
+            tx = SqlTransaction(sql)
+            if fence is not None:
+                # The session's lock first: a takeover (``acquire_claim``) takes it too, so it
+                # waits for this transaction, and this one then finds the claim moved on.
+                sql.fence(*fence)
+            result = body(tx)
+            if tx.emitted:
+                # The commit's last seq, read by the server: the counter row is this
+                # transaction's until it commits.
+                sql.send(_NOTIFY, (CHANNEL, f"{self._origin}:"))
+            if self._commit_hook is not None:
+                self._commit_hook(tx)
+        return tx.events, result  # the seqs came with the commit's answer
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
-        with self._connection() as conn:
-            # In the BEGIN itself (``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``): a SET
-            # TRANSACTION of its own was one more round trip to the server at every read.
-            conn.isolation_level, conn.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
-            try:
-                with conn.transaction():
-                    return query(SqlReader(PsycopgConnection(conn)))
-            finally:
-                conn.isolation_level, conn.read_only = None, False
+        with self._connection() as conn, _transaction(conn, _BEGIN_READ) as sql:
+            return query(SqlReader(sql))
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -215,6 +209,27 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+@contextlib.contextmanager
+def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[PsycopgConnection]:
+    """A transaction in pipeline mode (``_connection.py``): its BEGIN goes with its first statement,
+    and its COMMIT with every statement whose result was not read, in the round trip that leaves the
+    pipeline. (psycopg's own ``transaction()`` waits for the server after its BEGIN and before its
+    COMMIT: three round trips more.)"""
+    try:
+        with conn.pipeline() as pipeline:
+            sql = PsycopgConnection(conn, pipeline)
+            sql.send(begin)
+            yield sql
+            sql.send("COMMIT")
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        raise
 
 
 def _migrate(url: str) -> None:

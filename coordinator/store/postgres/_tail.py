@@ -5,6 +5,10 @@ commit), so reading ``events_after(last)`` never skips an event that a later rea
 ``last``. Handing over from these reads, not from each commit's own list, is what gives every node
 the same sequence: two of this node's commits finishing in two threads may return in either order,
 the store's order is one.
+
+One read is saved: a commit of this node whose first seq follows the last one handed over is handed
+over from its own list. Nothing can come between: a transaction's seqs are consecutive (it holds the
+counter's row from its first event to its commit), and every seq below its first was handed over.
 """
 
 from __future__ import annotations
@@ -37,9 +41,19 @@ class Tail:
     def wake(self) -> None:
         self._wake.set()
 
-    def own_commit(self, seq: int) -> None:
-        """This node committed events up to ``seq``: read them (now, if nothing else is read)."""
-        self._wake.set()
+    def own_commit(self, events: Sequence[Event]) -> None:
+        """This node committed ``events``: hand them over now if they come next, else read them."""
+        if self._handed >= 0 and events[0].stored_seq == self._handed + 1:
+            self._hand_over(events)
+        else:
+            self._wake.set()
+
+    def _hand_over(self, events: Sequence[Event]) -> None:
+        self._handed = events[-1].stored_seq
+        for callback in self.on_durable:
+            callback(events)
+        self._moved.set()
+        self._moved = trio.Event()
 
     async def wait_handed_over(self, seq: int) -> None:
         """Until every event up to ``seq`` is handed over (at once if the tail does not run)."""
@@ -59,13 +73,10 @@ class Tail:
     async def _read_on(self) -> None:
         while True:
             events: list[Event] = await self._store.read(functools.partial(_page, after=self._handed))
-            if not events:
-                return
-            self._handed = events[-1].stored_seq
-            for callback in self.on_durable:
-                callback(events)
-            self._moved.set()
-            self._moved = trio.Event()
+            # While this read ran, a commit of this node may have been handed over from its own list.
+            fresh = [event for event in events if event.stored_seq > self._handed]
+            if fresh:
+                self._hand_over(fresh)
             if len(events) < PAGE:
                 return
 

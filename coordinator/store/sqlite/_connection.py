@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import apsw
@@ -52,6 +53,12 @@ class ApswConnection:
             raise mapped(exc) from exc
         return self.db.changes()
 
+    def send(self, sql: str, args: Sequence[Any] = ()) -> None:
+        try:
+            self.db.execute(sql, args)
+        except apsw.Error as exc:
+            raise mapped(exc) from exc
+
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with map_apsw_errors():
             self.db.executemany(sql, rows)
@@ -59,12 +66,12 @@ class ApswConnection:
     def serialize(self, scope: str) -> None:
         return None
 
-    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> int:
-        self.run(
+    def insert_event(self, type: str, session_id: str | None, at: str, payload: str) -> Callable[[], int]:
+        self.send(
             "INSERT INTO events(type, session_id, at, payload) VALUES (?, ?, ?, ?)",
             (type, session_id, at, payload),
         )
-        return self.db.last_insert_rowid()
+        return functools.partial(int, self.db.last_insert_rowid())
 
     def last_seq(self) -> int:
         # ``sqlite_sequence`` keeps the highest rowid ever given to the AUTOINCREMENT column, even

@@ -90,7 +90,7 @@ async def test_seq_survives_a_reopen_and_is_never_reused(backend: str, tmp_path:
         await store.write(lambda tx: [tx.emit(draft(1)), tx.emit(draft(2))])
     async with serving(url) as store:
         event = await store.write(lambda tx: tx.emit(draft(3)))
-        assert event.seq == 3
+        assert event.event.seq == 3
         assert [e.seq for e in await store.read(lambda r: r.events_after(0))] == [1, 2, 3]
 
 

@@ -39,7 +39,7 @@ async def test_deleting_the_newest_events_never_gives_their_seq_again(tmp_path: 
         assert store.read.last_seq() == 3
         async with store.transaction() as tx:
             event = tx.emit(Draft(type="test.event", session_id=None, payload={}))
-        assert event.seq == 4
+        assert event.event.seq == 4
 
 
 def _database_at(path: Path, version: int | None = None) -> apsw.Connection:

@@ -148,13 +148,13 @@ def test_a_numbered_insert_finds_the_last_ord_by_an_index(tmp_path: Path, insert
     with open_store(str(tmp_path / "plans.sqlite")) as store:
         seen: list[tuple[str, tuple[Any, ...]]] = []
         connection = store._connection
-        run = connection.run
+        send = connection.send
 
-        def capturing(sql: str, args: Any = ()) -> int:
+        def capturing(sql: str, args: Any = ()) -> None:
             seen.append((sql, tuple(args)))
-            return run(sql, args)
+            send(sql, args)
 
-        connection.run = capturing  # type: ignore[method-assign]
+        connection.send = capturing  # type: ignore[method-assign]
         with contextlib.suppress(errors.StoreError):  # no such session: the statement is planned first
             trio.run(store.write, NUMBERED_INSERTS[insert])
         inserts = [(sql, args) for sql, args in seen if sql.startswith("INSERT")]

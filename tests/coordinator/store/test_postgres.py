@@ -15,7 +15,7 @@ import trio
 from psycopg import errors as pg_errors
 
 from coordinator import errors
-from coordinator.events import Draft, Event
+from coordinator.events import Draft, Emitted
 from coordinator.store import Store, Transaction, open_read_view, open_store
 from coordinator.store.postgres import open_postgres_read_view
 from coordinator.store.postgres._connection import mapped
@@ -128,7 +128,7 @@ async def test_a_takeover_waits_for_the_old_owners_fenced_writes_and_none_commit
                     if taken.is_set():
                         return
 
-        def takeover(tx: Transaction) -> Event:
+        def takeover(tx: Transaction) -> Emitted:
             assert tx.acquire_claim("s1", "new", "now", takeover_from="old") == epoch + 1
             return tx.emit(Draft(type="test.takeover", session_id="s1", payload={}))
 
@@ -141,7 +141,7 @@ async def test_a_takeover_waits_for_the_old_owners_fenced_writes_and_none_commit
         events = await store.read(lambda r: r.events_after(0, limit=100_000))
     old = [e.stored_seq for e in events if e.type == "test.event"]
     assert old and fenced >= 4
-    assert max(old) < taken_event.stored_seq
+    assert max(old) < taken_event.event.stored_seq
 
 
 def _listeners(url: str) -> list[int]:
