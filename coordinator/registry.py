@@ -43,8 +43,14 @@ class Registry:
 
         Synchronous, so a prompt committed just before is never missed: the actor reads the store
         when it looks for its next turn, and leaves the registry in the same step as it finds none.
+        A running actor is nudged instead: its look may have read a snapshot taken before the
+        commit (on PostgreSQL), and a look that saw a nudge meanwhile looks again.
         """
-        if self.closed or session_id in self._actors:
+        if self.closed:
+            return
+        running = self._actors.get(session_id)
+        if running is not None:
+            running.nudges += 1
             return
         handle = SessionHandle(session_id=session_id)
         self._actors[session_id] = handle

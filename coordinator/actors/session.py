@@ -49,6 +49,10 @@ class SessionHandle:
     session_id: str
     turn: TurnScope | None = None
     shutting_down: bool = False
+    # How often a turn was queued for the session while this actor lived (``Registry.ensure_running``).
+    # The actor's look for its next turn may read a snapshot taken before such a commit (on
+    # PostgreSQL the read runs in a thread), so it looks again when this moved during the look.
+    nudges: int = 0
     done: trio.Event = attrs.Factory(trio.Event)
     # Shielded: only ``shutdown`` (with a typed reason) stops a session, never an outer cancellation.
     scope: trio.CancelScope = attrs.Factory(lambda: trio.CancelScope(shield=True))
@@ -68,9 +72,12 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
     with handle.scope, structlog.contextvars.bound_contextvars(session_id=handle.session_id):
         try:
             while not handle.shutting_down:
+                nudges = handle.nudges
                 turn = await runtime.store.read(lambda reader: reader.next_turn(handle.session_id))
                 if turn is None:
-                    return
+                    if handle.nudges != nudges:
+                        continue  # a turn queued during the look: the read may have missed it
+                    return  # leaves the registry in this same step: a later turn starts a new actor
                 if not await _run_turn(runtime, handle, turn, takeovers.pop(turn.id, None)):
                     return
         except Fenced as exc:
