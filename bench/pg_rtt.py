@@ -117,7 +117,7 @@ async def _turns(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> dict[s
     async with _warm(workdir, script, link.url, sizes) as (coordinator, watcher):
         await link.reset()
         _rate, cpu, latencies = await sequential(
-            coordinator, watcher, attrs.evolve(sizes, turns=turns, turns_per_session=turns)
+            coordinator, watcher, attrs.evolve(sizes, turns=turns)
         )
         counts = await link.counts()
     if suffix:

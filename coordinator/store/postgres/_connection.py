@@ -63,6 +63,9 @@ class PsycopgConnection:
         self.conn = conn
         self._pipeline = pipeline
         self._serialized: set[str] = set()
+        # Every statement whose result is not read goes through one cursor (a cursor each costs
+        # about as much again as the statement's own work in psycopg).
+        self._sender: psycopg.Cursor[Any] | None = None
 
     def all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = self._execute(sql, args, wait=True)
@@ -72,7 +75,14 @@ class PsycopgConnection:
         return self._execute(sql, args, wait=True).rowcount
 
     def send(self, sql: str, args: Sequence[Any] = ()) -> None:
-        self._execute(sql, args)
+        if self._sender is None:
+            self._sender = self.conn.cursor()
+        try:
+            self._sender.execute(to_psycopg(sql), tuple(args))
+        except RETRYABLE:
+            raise
+        except psycopg.Error as exc:
+            raise mapped(exc) from exc
 
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:
