@@ -157,20 +157,14 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await streaming.measure_streaming(workdir, sizes))
         elif group == "retention":
             figures.update(await retention.measure_retention(workdir, sizes))
-        elif group == "pg":
+        elif group in ("pg", "pg_rtt"):
             url = pg.server_url(pg_option)
             why = pg.unavailable(url)
             if why is not None:
                 print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
                 continue
-            figures.update(await pg.measure_pg(workdir / "pg", sizes, url))
-        elif group == "pg_rtt":
-            url = pg.server_url(pg_option)
-            why = pg.unavailable(url)
-            if why is not None:
-                print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
-                continue
-            figures.update(await pg_rtt.measure_pg_rtt(workdir / "pg_rtt", sizes, url))
+            measure = pg.measure_pg if group == "pg" else pg_rtt.measure_pg_rtt
+            figures.update(await measure(workdir / group, sizes, url))
         elif group == "processes":
             figures.update(await processes.measure_processes(workdir, sizes))
         elif group == "instructions":
