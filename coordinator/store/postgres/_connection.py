@@ -50,6 +50,12 @@ def to_psycopg(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+class SecondStatement(BaseException):
+    """A read run as one statement outside a transaction asked for a second one: it must run again
+    in a snapshot. A ``BaseException``, so that no handler of the read's own can take it for an
+    error."""
+
+
 class PsycopgConnection:
     """``_sql.Connection`` on one psycopg connection inside one transaction.
 
@@ -59,9 +65,12 @@ class PsycopgConnection:
     its seq and stays locked until the commit, so seqs become visible in seq order.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline | None = None) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline | None = None, *, statements: int = 0
+    ) -> None:
         self.conn = conn
         self._pipeline = pipeline
+        self._allowed = statements  # 0: any number; else more raise ``SecondStatement``
         self._serialized: set[str] = set()
         # Every statement whose result is not read goes through one cursor (a cursor each costs
         # about as much again as the statement's own work in psycopg).
@@ -96,6 +105,10 @@ class PsycopgConnection:
     def _execute(self, sql: str, args: Sequence[Any], *, wait: bool = False) -> psycopg.Cursor[Any]:
         """Execute; with ``wait``, return once its result (and that of every statement sent before
         it) is in."""
+        if self._allowed:
+            if self._allowed < 0:
+                raise SecondStatement()
+            self._allowed = -1
         try:
             cursor = self.conn.execute(to_psycopg(sql), tuple(args))
             if wait and self._pipeline is not None:

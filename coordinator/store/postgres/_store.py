@@ -34,7 +34,7 @@ from coordinator.logs import get_logger
 from coordinator.store._reads import SqlReader
 from coordinator.store._writes import SqlTransaction
 from coordinator.store.api import CommitHook, Fence, Reader, Transaction
-from coordinator.store.postgres._connection import RETRYABLE, PsycopgConnection, mapped
+from coordinator.store.postgres._connection import RETRYABLE, PsycopgConnection, SecondStatement, mapped
 from coordinator.store.postgres._listener import serve_listener
 from coordinator.store.postgres._migrations import MIGRATIONS
 from coordinator.store.postgres._tail import Tail
@@ -189,6 +189,17 @@ class PostgresStore:
         return tx.events, result  # the seqs came with the commit's answer
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
+        # Most reads run one statement, which needs no transaction of its own (one round trip, not
+        # two: the statement, then its COMMIT). A read is first run so; the first time its code runs
+        # a second statement, that is stopped and the read runs again in a snapshot, as it always
+        # will from then on. A read changes nothing, so running it again is safe.
+        code = _code_of(query)
+        if code not in _NEEDS_SNAPSHOT:
+            with self._connection() as conn:
+                try:
+                    return query(SqlReader(PsycopgConnection(conn, statements=1)))
+                except SecondStatement:
+                    _NEEDS_SNAPSHOT.add(code)
         with self._connection() as conn, _transaction(conn, _BEGIN_READ) as sql:
             return query(SqlReader(sql))
 
@@ -212,6 +223,16 @@ class PostgresStore:
 
 
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+_NEEDS_SNAPSHOT: set[object] = set()
+"""The code of every read that ran more than one statement: it runs in a transaction of its own."""
+
+
+def _code_of(query: Callable[..., Any]) -> object:
+    """What names a read's code: a function's code object, through ``functools.partial`` too."""
+    while isinstance(query, functools.partial):
+        query = query.func
+    return getattr(query, "__code__", query)
 
 
 @contextlib.contextmanager
