@@ -198,7 +198,7 @@ class AioSubscription:
     def __init__(self, guest: Guest, open_trio: Callable[[], AsyncIterator[Event]]) -> None:
         self._guest = guest
         self._open_trio = open_trio
-        self._feed = _Feed(guest._loop)
+        self._feed = _Feed()
         self._started = False
         weakref.finalize(self, guest.cancel_soon, self._feed.scope)
 
@@ -244,7 +244,7 @@ class _Feed:
     loop's thread, never at once, so no lock; the pump holds this and not the ``AioSubscription``, so
     dropping the subscription lets its finalizer run."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         self.pending: deque[Event] = deque()
         self.waiter: asyncio.Future[None] | None = None  # the reader waits for an event
         self.room: trio.Event | None = None  # the pump waits for the reader to catch up

@@ -194,7 +194,7 @@ class PostgresStore:
         # a second statement, that is stopped and the read runs again in a snapshot, as it always
         # will from then on. A read changes nothing, so running it again is safe.
         code = _code_of(query)
-        if code not in _NEEDS_SNAPSHOT:
+        if code is not None and code not in _NEEDS_SNAPSHOT:
             with self._connection() as conn:
                 try:
                     return query(SqlReader(PsycopgConnection(conn, statements=1)))
@@ -228,11 +228,12 @@ _NEEDS_SNAPSHOT: set[object] = set()
 """The code of every read that ran more than one statement: it runs in a transaction of its own."""
 
 
-def _code_of(query: Callable[..., Any]) -> object:
-    """What names a read's code: a function's code object, through ``functools.partial`` too."""
+def _code_of(query: Callable[..., Any]) -> object | None:
+    """What names a read's code: a function's code object, through ``functools.partial`` too; None
+    for another callable (it always runs in a snapshot)."""
     while isinstance(query, functools.partial):
         query = query.func
-    return getattr(query, "__code__", query)
+    return getattr(query, "__code__", None)
 
 
 @contextlib.contextmanager
@@ -249,7 +250,10 @@ def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[PsycopgC
             sql.send("COMMIT")
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.rollback()
+            # The first error is the one to report; a rollback that fails too leaves a broken
+            # connection, which the pool discards.
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
         raise
 
 
