@@ -37,6 +37,7 @@ GROUPS = (
     "steering",
     "mcp",
     "pg_rtt",
+    "pg_peers",
 )
 
 
@@ -118,6 +119,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         metrics_cost,
         peer,
         pg,
+        pg_peers,
         pg_rtt,
         processes,
         retention,
@@ -129,7 +131,11 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
     )
 
     # The groups that need something installed, and why they cannot run without it (None: they can).
-    needs = {"instructions": instructions.unavailable, "peer": peer.unavailable}
+    needs = {
+        "instructions": instructions.unavailable,
+        "peer": peer.unavailable,
+        "pg_peers": pg_peers.unavailable,
+    }
     figures: dict[str, float] = {}
     for group in groups:
         started = time.perf_counter()
@@ -157,13 +163,17 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await streaming.measure_streaming(workdir, sizes))
         elif group == "retention":
             figures.update(await retention.measure_retention(workdir, sizes))
-        elif group in ("pg", "pg_rtt"):
+        elif group in ("pg", "pg_rtt", "pg_peers"):
             url = pg.server_url(pg_option)
             why = pg.unavailable(url)
             if why is not None:
                 print(f" skipped: {why}; pass --pg URL", file=sys.stderr, flush=True)
                 continue
-            measure = pg.measure_pg if group == "pg" else pg_rtt.measure_pg_rtt
+            measure = {
+                "pg": pg.measure_pg,
+                "pg_rtt": pg_rtt.measure_pg_rtt,
+                "pg_peers": pg_peers.measure_pg_peers,
+            }[group]
             figures.update(await measure(workdir / group, sizes, url))
         elif group == "processes":
             figures.update(await processes.measure_processes(workdir, sizes))

@@ -37,41 +37,61 @@ def unavailable() -> str | None:
     return None
 
 
+def agent_graph() -> Any:
+    """The peer's agent, not yet compiled: a model node scripted as ours (one no-op call, then
+    text), LangGraph's prebuilt ``ToolNode`` and ``tools_condition``."""
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def noop() -> str:
+        """Does nothing (the benchmark's tool)."""
+        return ""
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        messages = state["messages"]
+        if messages[-1].type == "human":
+            call = {"name": "noop", "args": {}, "id": f"call_{len(messages)}"}
+            return {"messages": [AIMessage(content="", tool_calls=[call])]}
+        return {"messages": [AIMessage(content="done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([noop]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    return graph
+
+
+def langgraph_turn(app: Any, thread_id: str, **options: Any) -> float:
+    """One turn of a compiled agent (prompt to the final answer checkpointed); its latency in seconds."""
+    from langchain_core.messages import HumanMessage
+
+    started = time.perf_counter()
+    state = app.invoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread_id}}, **options
+    )
+    if state["messages"][-1].content != "done":
+        raise RuntimeError(f"a LangGraph turn ended with {state['messages'][-1]!r}")
+    return time.perf_counter() - started
+
+
 class LangGraphTurns:
     """A compiled LangGraph agent on its own SQLite file, and a count of that file's commits."""
 
     def __init__(self, path: Path) -> None:
-        from langchain_core.messages import AIMessage
-        from langchain_core.tools import tool
         from langgraph.checkpoint.sqlite import SqliteSaver
-        from langgraph.graph import START, MessagesState, StateGraph
-        from langgraph.prebuilt import ToolNode, tools_condition
 
-        @tool
-        def noop() -> str:
-            """Does nothing (the benchmark's tool)."""
-            return ""
-
-        def model(state: MessagesState) -> dict[str, Any]:
-            messages = state["messages"]
-            if messages[-1].type == "human":
-                call = {"name": "noop", "args": {}, "id": f"call_{len(messages)}"}
-                return {"messages": [AIMessage(content="", tool_calls=[call])]}
-            return {"messages": [AIMessage(content="done")]}
-
-        graph = StateGraph(MessagesState)
-        graph.add_node("model", model)
-        graph.add_node("tools", ToolNode([noop]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition)
-        graph.add_edge("tools", "model")
         # As SqliteSaver.from_conn_string connects, plus the journal and sync modes of our FULL.
         self.connection = sqlite3.connect(str(path), check_same_thread=False)
         self.connection.execute("PRAGMA journal_mode=WAL")
         self.connection.execute("PRAGMA synchronous=FULL")
         self.commits = 0
         self.connection.set_trace_callback(self._count)
-        self.app = graph.compile(checkpointer=SqliteSaver(self.connection))
+        self.app = agent_graph().compile(checkpointer=SqliteSaver(self.connection))
         self.threads = 0
 
     def _count(self, statement: str) -> None:
@@ -80,15 +100,7 @@ class LangGraphTurns:
 
     def turn(self, thread_id: str) -> float:
         """One turn (prompt to the final answer checkpointed); returns its latency in seconds."""
-        from langchain_core.messages import HumanMessage
-
-        started = time.perf_counter()
-        state = self.app.invoke(
-            {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": thread_id}}
-        )
-        if state["messages"][-1].content != "done":
-            raise RuntimeError(f"a LangGraph turn ended with {state['messages'][-1]!r}")
-        return time.perf_counter() - started
+        return langgraph_turn(self.app, thread_id)
 
     def sequential(self, sizes: Sizes) -> tuple[float, float, list[float]]:
         """As ``bench.turns.sequential``: turns per second, CPU seconds a turn, each turn's latency."""

@@ -113,12 +113,9 @@ async def measure_pg_rtt(workdir: Path, sizes: Sizes, url: str) -> dict[str, flo
 
 async def _turns(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> dict[str, Any]:
     turns = sizes.turns if suffix == "" else max(1, sizes.turns // 3)
-    script = tool_then_text_script(max(sizes.turns_per_session, turns))
-    async with _warm(workdir, script, link.url, sizes) as (coordinator, watcher):
+    async with warm_coordinator(workdir, link.url, sizes) as (coordinator, watcher):
         await link.reset()
-        _rate, cpu, latencies = await sequential(
-            coordinator, watcher, attrs.evolve(sizes, turns=turns)
-        )
+        _rate, cpu, latencies = await sequential(coordinator, watcher, attrs.evolve(sizes, turns=turns))
         counts = await link.counts()
     if suffix:
         return {"pg_turn_ms_rtt1": median(latencies) * 1000}
@@ -131,9 +128,9 @@ async def _turns(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> dict[s
 
 
 @contextlib.asynccontextmanager
-async def _warm(
-    workdir: Path, script: list[dict[str, Any]], url: str, sizes: Sizes
-) -> AsyncIterator[tuple[Any, TurnWatcher]]:
+async def warm_coordinator(workdir: Path, url: str, sizes: Sizes) -> AsyncIterator[tuple[Any, TurnWatcher]]:
+    """A coordinator on ``url`` running the sequential turn, three turns into a warm-up session."""
+    script = tool_then_text_script(sizes.turns_per_session)
     async with watched_coordinator(workdir, "", "full", script, db=url) as (coordinator, watcher):
         warm_up = await coordinator.create_session("warm-up")
         for _ in range(min(3, sizes.turns_per_session)):

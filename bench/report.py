@@ -67,6 +67,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="pg_interrupt_p99_ms_rtt1", workload="interrupt() to session.idle through that link, p99", unit="ms", target=10, higher_is_better=False),
     Figure(key="pg_turn_ms", workload="a sequential turn on loopback (through the proxy, no delay), median", unit="ms", higher_is_better=False),
     Figure(key="pg_turn_cpu_ms", workload="CPU a sequential turn on PostgreSQL (loopback)", unit="ms", higher_is_better=False),
+    Figure(key="pg_vs_langgraph_rtt1", workload="LangGraph + PostgresSaver's turn over ours at 1 ms RTT, interleaved, median round", unit="ratio", target=1),
+    Figure(key="pg_vs_dbos_rtt1", workload="DBOS's workflow of three steps over our turn at 1 ms RTT, the same", unit="ratio", target=1),
+    Figure(key="pg_turn_ms_rtt1_ours", workload="our turn at 1 ms RTT in those rounds, median", unit="ms", higher_is_better=False),
+    Figure(key="langgraph_pg_turn_ms_rtt1", workload="LangGraph + PostgresSaver (durability sync), the same turn there", unit="ms", higher_is_better=False),
+    Figure(key="dbos_turn_ms_rtt1", workload="DBOS, a workflow of three steps, there", unit="ms", higher_is_better=False),
+    Figure(key="langgraph_pg_round_trips_per_turn", workload="LangGraph's round trips a turn, counted by its link", unit="RTs", higher_is_better=False),
+    Figure(key="dbos_round_trips_per_turn", workload="DBOS's round trips a workflow, counted by its link", unit="RTs", higher_is_better=False),
     Figure(key="pg_turn_cpu_ratio", workload="that over SQLite FULL's CPU a turn, same group", unit="ratio", target=2, higher_is_better=False),
     Figure(key="pg_takeover_s", workload="kill -9 of a turn's node -> resumed elsewhere, median", unit="s", higher_is_better=False),
     Figure(key="pg_takeover_s_min", workload="the same, fastest try", unit="s", higher_is_better=False),
@@ -112,8 +119,18 @@ FIGURES: tuple[Figure, ...] = (
 )  # fmt: skip
 
 HEADLINE_KEYS = tuple(figure.key for figure in FIGURES)
-PG_KEYS = tuple(key for key in HEADLINE_KEYS if key.startswith("pg_"))
-"""The pg group's figures: measured only where a PostgreSQL server answers."""
+PG_PEER_KEYS = (
+    "pg_vs_langgraph_rtt1",
+    "pg_vs_dbos_rtt1",
+    "pg_turn_ms_rtt1_ours",
+    "langgraph_pg_turn_ms_rtt1",
+    "dbos_turn_ms_rtt1",
+    "langgraph_pg_round_trips_per_turn",
+    "dbos_round_trips_per_turn",
+)
+"""The pg_peers group's figures: measured only where a PostgreSQL server answers and the peers are installed."""
+PG_KEYS = tuple(key for key in HEADLINE_KEYS if key.startswith("pg_") and key not in PG_PEER_KEYS)
+"""The pg and pg_rtt groups' figures: measured only where a PostgreSQL server answers."""
 PEER_KEYS = (
     "turns_vs_langgraph",
     "peer_turns_per_s",
@@ -209,6 +226,9 @@ def versions() -> dict[str, str]:
         "httpx",
         "langgraph",
         "langgraph-checkpoint-sqlite",
+        "langgraph-checkpoint-postgres",
+        "dbos",
+        "psycopg",
     ):
         try:
             found[package] = metadata.version(package)

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import PG_KEYS
+from bench import pg_peers
+from bench.report import PG_KEYS, PG_PEER_KEYS
 from tests.backends import require_postgres, server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(out: Path, url: str) -> subprocess.CompletedProcess[str]:
+def _bench(out: Path, url: str, groups: str = "pg,pg_rtt") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "pg,pg_rtt", "--pg", url, "--out", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--only", groups, "--pg", url, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -53,3 +54,28 @@ def test_without_a_server_the_pg_group_is_skipped_with_a_line(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert "pg... skipped: no PostgreSQL answers at postgresql://postgres@127.0.0.1:1/none" in done.stderr
     assert not set(PG_KEYS) & set(json.loads(out.read_text()))
+
+
+@pytest.mark.slow
+def test_the_pg_peers_group_runs_langgraph_and_dbos_beside_us(tmp_path: Path) -> None:
+    """`coordinator bench --only pg_peers` runs the same turn on LangGraph + PostgresSaver, on DBOS and
+    on ours, each through its own delaying link, and records each side's turn and the ratios."""
+    require_postgres()
+    out = tmp_path / "latest.json"
+    done = _bench(out, server_url(), "pg_peers")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    for key in PG_PEER_KEYS:
+        value = document.get(key)
+        assert isinstance(value, int | float) and not isinstance(value, bool), key
+        assert math.isfinite(value) and value > 0, key
+        assert key in done.stdout, key
+    # Every side waits for the server at least once a turn, through its own link.
+    assert document["langgraph_pg_round_trips_per_turn"] >= 1
+    assert document["dbos_round_trips_per_turn"] >= 1
+    assert document["versions"]["dbos"] != "not installed"
+
+
+def test_without_the_peers_the_pg_peers_group_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pg_peers.util, "find_spec", lambda name: None)
+    assert pg_peers.unavailable() == "langgraph is not installed (pip install -e '.[peer]')"

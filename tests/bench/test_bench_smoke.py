@@ -13,15 +13,19 @@ from pathlib import Path
 
 from bench import GROUPS
 from bench.harness import p99
-from bench.report import HEADLINE_KEYS, INSTRUCTION_KEYS, PEER_KEYS, PG_KEYS
+from bench.report import HEADLINE_KEYS, INSTRUCTION_KEYS, PEER_KEYS, PG_KEYS, PG_PEER_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The pg and pg_rtt groups need a PostgreSQL server (test_bench_pg.py runs them), the peer group
-# LangGraph (test_bench_peer.py), the instructions group valgrind and half a minute a child
+# The pg, pg_rtt and pg_peers groups need a PostgreSQL server (test_bench_pg.py runs them), the peer
+# group LangGraph (test_bench_peer.py), the instructions group valgrind and half a minute a child
 # (test_bench_instructions.py).
-SQLITE_GROUPS = tuple(group for group in GROUPS if group not in ("pg", "pg_rtt", "peer", "instructions"))
-SQLITE_KEYS = tuple(key for key in HEADLINE_KEYS if key not in (*PG_KEYS, *PEER_KEYS, *INSTRUCTION_KEYS))
+SQLITE_GROUPS = tuple(
+    group for group in GROUPS if group not in ("pg", "pg_rtt", "pg_peers", "peer", "instructions")
+)
+SQLITE_KEYS = tuple(
+    key for key in HEADLINE_KEYS if key not in (*PG_KEYS, *PG_PEER_KEYS, *PEER_KEYS, *INSTRUCTION_KEYS)
+)
 
 # Measured beside the headline figures: medians, acknowledgements, the parts of a turn, replay.
 EXTRA_KEYS = (
