@@ -28,6 +28,7 @@ GROUPS = (
     "scale",
     "http",
     "streaming",
+    "model_streams",
     "retention",
     "pg",
     "peer",
@@ -117,6 +118,7 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
         instructions,
         mcp,
         metrics_cost,
+        model_streams,
         peer,
         pg,
         pg_peers,
@@ -161,6 +163,8 @@ async def _measure(workdir: Path, sizes: Any, groups: list[str], pg_option: str 
             figures.update(await http_api.measure_http(workdir, sizes))
         elif group == "streaming":
             figures.update(await streaming.measure_streaming(workdir, sizes))
+        elif group == "model_streams":
+            figures.update(await model_streams.measure_model_streams(workdir / group, sizes))
         elif group == "retention":
             figures.update(await retention.measure_retention(workdir, sizes))
         elif group in ("pg", "pg_rtt", "pg_peers"):

@@ -55,6 +55,10 @@ class Sizes:
     prune_turns: int  # sequential turns timed alone, beside those timed during the pass
     takeovers: int  # kill -9 of a node running a turn, each timed to the turn's resumption elsewhere
     instruction_turns: int  # turns counted by callgrind (and three times as many: turn_instructions_m)
+    model_streams: int  # sessions whose models stream at once, for the CPU a chunk
+    model_stream_chunks: int  # chunks of each of those streams, 25 ms apart
+    model_stream_levels: tuple[int, ...]  # sessions streaming at once, tried in turn for the most carried
+    model_stream_stretch: int  # sessions streaming at once, for the turn's stretch
 
     @classmethod
     def full(cls) -> Sizes:
@@ -81,6 +85,10 @@ class Sizes:
             prune_turns=300,
             takeovers=5,
             instruction_turns=100,
+            model_streams=100,
+            model_stream_chunks=200,
+            model_stream_levels=(50, 100, 200, 300, 500, 700, 1000),
+            model_stream_stretch=500,
         )
 
     @classmethod
@@ -108,6 +116,10 @@ class Sizes:
             prune_turns=5,
             takeovers=1,
             instruction_turns=2,
+            model_streams=5,
+            model_stream_chunks=20,
+            model_stream_levels=(5, 10),
+            model_stream_stretch=10,
         )
 
 
