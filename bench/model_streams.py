@@ -74,6 +74,8 @@ def running_model() -> Iterator[str]:
     finally:
         process.kill()
         process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def tree_cpu_seconds(pid: int) -> float:

@@ -1,9 +1,9 @@
 """An OpenAI-compatible model that streams slowly, as a real one does, in a process of its own.
 
 ``python -m bench.stream_model`` listens on a free loopback port and prints it. A request whose last
-user message is ``paced:N:MS`` gets a text reply of N chunks, one every MS milliseconds, each chunk
-``T<unix time it was written>;`` so that whoever reads the text can tell each chunk's delay; anything
-else gets the text ``done``. Each chunk is one write, as a provider sends it. HTTP/1.1 with kept-alive
+user message is ``paced:N:MS`` gets a text reply of N chunks, one every MS milliseconds, chunk i
+``i@T<unix time it was written>;`` so that whoever reads the text can tell each chunk's delay and
+order; anything else gets the text ``done``. Each chunk is one write, as a provider sends it. HTTP/1.1 with kept-alive
 connections and chunked bodies, on plain trio sockets: so that the mock costs little (about 10 µs a
 chunk) beside the coordinator it feeds, and thousands of streams fit in it at once.
 """
@@ -48,8 +48,8 @@ _DONE = _framed(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 _BEFORE, _AFTER = _data({"content": "@"}).split(b"@")
 
 
-def _chunk(now: float) -> bytes:
-    return _framed(_BEFORE + b"T%.6f;" % now + _AFTER)
+def _chunk(index: int, now: float) -> bytes:
+    return _framed(_BEFORE + b"%d@T%.6f;" % (index, now) + _AFTER)
 
 
 async def _serve_connection(stream: trio.SocketStream) -> None:
@@ -84,10 +84,10 @@ async def _answer(stream: trio.SocketStream, body: bytes) -> None:
         count, interval = content[len(PACED_PREFIX) :].split(":")
         pause = float(interval) / 1000
         due = trio.current_time()
-        for _ in range(int(count)):
+        for index in range(int(count)):
             due += pause
             await trio.sleep_until(due)
-            await stream.send_all(_chunk(time.time()))
+            await stream.send_all(_chunk(index, time.time()))
     else:
         await stream.send_all(_framed(_data({"content": "done"})))
     await stream.send_all(_FINISH + _DONE)

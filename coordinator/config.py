@@ -49,6 +49,9 @@ class ModelConfig:
     name: str = "gpt-4o-mini"
     api_key_env: str = "OPENAI_API_KEY"
     script: str = ""
+    max_streams: int = 1000
+    """Model requests streaming at once, across all sessions; a step beyond them waits its turn (within
+    its own deadline) without costing CPU."""
 
 
 @attrs.frozen(kw_only=True)
@@ -205,6 +208,7 @@ _BOUNDS: dict[tuple[type[Any], str], _Bound] = {
     (ServerConfig, "max_resumes"): _NON_NEGATIVE,
     (ServerConfig, "shutdown_grace"): _NON_NEGATIVE,
     (LimitsConfig, "task_depth"): _NON_NEGATIVE,
+    (ModelConfig, "max_streams"): _Bound(lambda v: v >= 1, "1 or more"),
     (PostgresConfig, "pool_size"): _Bound(lambda v: 1 <= v <= 1000, "from 1 to 1000"),
     **{(TimeoutsConfig, f.name): _NON_NEGATIVE for f in attrs.fields(TimeoutsConfig)},
     (StoreConfig, "keep_events_days"): _NON_NEGATIVE,

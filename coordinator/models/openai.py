@@ -48,8 +48,11 @@ DEFAULT_BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 RETRY_AFTER_CAP = 30.0
 """A server's ``Retry-After`` is honoured up to this many seconds, so one header cannot stall a step."""
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=60.0)
-"""Per-operation limits; the whole request is bounded by the step deadline (``timeouts.step``)."""
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
+"""Per-operation limits; the whole request is bounded by the step deadline (``timeouts.step``). A
+request never waits for the pool: ``OpenAIModel.streams`` lets no more requests in than it holds."""
+
+DEFAULT_MAX_STREAMS = 1000
 
 CLOSE_SECONDS = 2.0
 """How long closing an abandoned stream may take; it is a local socket close, so this is generous."""
@@ -136,6 +139,15 @@ class OpenAIModel:
     model_name: str
     backoff: tuple[float, ...] = DEFAULT_BACKOFF
     retry_after_cap: float = RETRY_AFTER_CAP
+    max_streams: int = DEFAULT_MAX_STREAMS
+    # A request waits here, parked at no CPU cost, for one of ``max_streams`` slots; the connection
+    # pool holds as many connections, so no request ever queues inside it (where each waiting
+    # request would cost bookkeeping at every turn of the pool, and time out on its own clock).
+    streams: trio.Semaphore = attrs.field(init=False)
+    _full_noted: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.streams = trio.Semaphore(self.max_streams)
 
     @classmethod
     def from_config(
@@ -159,13 +171,18 @@ class OpenAIModel:
         api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
         # An empty key is allowed (local servers): then no Authorization header at all.
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        client = httpx.AsyncClient(transport=transport, headers=headers, timeout=timeout)
+        # Every slot may keep its connection alive: a busy server's next step reuses one.
+        limits = httpx.Limits(
+            max_connections=config.max_streams, max_keepalive_connections=config.max_streams
+        )
+        client = httpx.AsyncClient(transport=transport, headers=headers, timeout=timeout, limits=limits)
         return cls(
             client=client,
             url=config.base_url.rstrip("/") + "/chat/completions",
             model_name=config.name,
             backoff=tuple(backoff),
             retry_after_cap=retry_after_cap,
+            max_streams=config.max_streams,
         )
 
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -206,7 +223,25 @@ class OpenAIModel:
             retry += 1
 
     async def _attempt(self, body: dict[str, Any], sink: TextSink) -> ModelReply | Transient:
-        """One request: a reply, a ``Transient`` failure, or ``ModelError`` for a permanent one."""
+        """One request, in one of the ``max_streams`` slots: a reply, a ``Transient`` failure, or
+        ``ModelError`` for a permanent one."""
+        self._note_slots()
+        async with self.streams:
+            return await self._request(body, sink)
+
+    def _note_slots(self) -> None:
+        """Say once, when every slot is taken, that steps now wait for one; and again next time."""
+        if self.streams.value > 0:
+            self._full_noted = False
+        elif not self._full_noted:
+            self._full_noted = True
+            log.warning(
+                "model_streams_full",
+                max_streams=self.max_streams,
+                detail="every model stream slot is taken: steps wait for one to end ([model] max_streams)",
+            )
+
+    async def _request(self, body: dict[str, Any], sink: TextSink) -> ModelReply | Transient:
         try:
             response = await self.client.send(
                 self.client.build_request("POST", self.url, json=body), stream=True
@@ -237,16 +272,15 @@ class OpenAIModel:
             return attrs.evolve(reply, usage=chunk_usage(chunk))
         reader = StreamReader(sink=sink)
         decoder = SSEDecoder()
-        # The loop never leaves early (no return, no raise): httpx's line iterator is a chain of async
+        # The loop never leaves early (no return, no raise): httpx's byte iterator is a chain of async
         # generators, and one abandoned half-way is finalised by garbage collection, which trio warns
         # about. A cancel lands inside the chain and unwinds all of it. [DONE] ends the body anyway.
-        async for line in response.aiter_lines():
-            payload = decoder.feed(line)
-            if payload is not None:
+        # Bytes, not lines: every event that one read completes is decoded in one pass.
+        async for data in response.aiter_bytes():
+            for payload in decoder.feed(data):
                 reader.feed(payload)
-        last = decoder.flush()
-        if last is not None:
-            reader.feed(last)
+        for payload in decoder.close():
+            reader.feed(payload)
         return reader.reply()
 
     async def aclose(self) -> None:

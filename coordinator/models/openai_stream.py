@@ -27,29 +27,51 @@ class Transient:
 
 @attrs.define
 class SSEDecoder:
-    """Turns the lines of a ``text/event-stream`` into the ``data`` payload of each event.
+    """Turns the bytes of a ``text/event-stream``, as they arrive, into the ``data`` payload of each event.
 
-    Owned by the one task reading a response. Multi-line ``data`` fields are joined with newlines as
-    the SSE spec says; comments (``:``) and other fields (``event``, ``id``) are ignored.
+    Owned by the one task reading a response. Every event complete in what has arrived is decoded at
+    once, so a read that brings many chunks costs one pass, not one wake-up each. Lines may end in
+    ``\\n``, ``\\r\\n`` or ``\\r`` and may be split anywhere between reads (a multi-byte character
+    too). Multi-line ``data`` fields are joined with newlines as the SSE spec says; comments (``:``)
+    and other fields (``event``, ``id``) are ignored.
     """
 
+    _tail: bytes = b""
     _data: list[str] = attrs.Factory(list)
 
-    def feed(self, line: str) -> str | None:
-        """Take one line (without its newline); return an event's payload when the line ends one."""
-        if line == "":
-            return self.flush()
-        if line.startswith("data:"):
-            value = line[len("data:") :]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        return None
+    def feed(self, data: bytes) -> list[str]:
+        """Take the bytes that just arrived; return the payloads of the events they complete."""
+        buffer = self._tail + data
+        # A trailing CR may be the first half of a CRLF: it waits for the next read.
+        cut = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
+        whole, held = buffer[:cut], buffer[cut:]
+        if b"\r" in whole:
+            whole = whole.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = whole.split(b"\n")
+        self._tail = lines.pop() + held
+        payloads: list[str] = []
+        for line in lines:
+            self._line(line, payloads)
+        return payloads
 
-    def flush(self) -> str | None:
-        """The payload of an event the stream ended without a blank line after, if any."""
-        if not self._data:
-            return None
-        payload, self._data = "\n".join(self._data), []
-        return payload
+    def close(self) -> list[str]:
+        """The body ended: the payload of an event it ended without a blank line after, if any."""
+        payloads: list[str] = []
+        tail, self._tail = self._tail.rstrip(b"\r"), b""
+        if tail:
+            self._line(tail, payloads)
+        self._line(b"", payloads)
+        return payloads
+
+    def _line(self, line: bytes, payloads: list[str]) -> None:
+        if not line:
+            if self._data:
+                payloads.append("\n".join(self._data))
+                self._data = []
+        elif line.startswith(b"data:"):
+            # A line break is one byte in UTF-8, so a line never splits a character.
+            value = line[5:].decode("utf-8", errors="replace")
+            self._data.append(value[1:] if value.startswith(" ") else value)
 
 
 def assemble_reply(chunks: Iterable[dict[str, Any]]) -> ModelReply:
@@ -191,18 +213,19 @@ def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chunk(payload: str) -> dict[str, Any]:
-    chunk = loads_object(payload.encode(), "stream chunk")
+    chunk = loads_object(payload, "stream chunk")
     if "error" in chunk:
         # Servers report a failure that began after the 200 status as an error object in the stream.
         raise ModelError(f"model stream reported an error: {excerpt(json.dumps(chunk['error']))}")
     return chunk
 
 
-def loads_object(data: bytes, what: str) -> dict[str, Any]:
+def loads_object(data: str | bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
     except ValueError as exc:
-        raise ModelError(f"model sent a malformed {what}: {excerpt(data.decode(errors='replace'))}") from exc
+        text = data if isinstance(data, str) else data.decode(errors="replace")
+        raise ModelError(f"model sent a malformed {what}: {excerpt(text)}") from exc
     if not isinstance(value, dict):
         raise ModelError(f"model sent a {what} that is not a JSON object: {excerpt(str(value))}")
     return value

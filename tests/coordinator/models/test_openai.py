@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import httpx
 import pytest
 import trio
 
@@ -190,10 +191,39 @@ def test_chunks_stop_at_done_and_reject_stream_errors() -> None:
 def test_sse_decoder_joins_data_lines_and_skips_comments() -> None:
     """SSE allows multi-line data and comment keep-alives; neither may corrupt a chunk."""
     decoder = SSEDecoder()
-    lines = [": keep-alive", "", "event: chunk", "data: {", "data:  1}", "", "data: [DONE]"]
-    assert [decoder.feed(line) for line in lines] == [None, None, None, None, None, "{\n 1}", None]
-    assert decoder.flush() == "[DONE]"
-    assert decoder.flush() is None
+    body = b": keep-alive\n\nevent: chunk\ndata: {\ndata:  1}\n\ndata: [DONE]"
+    assert decoder.feed(body) == ["{\n 1}"]
+    assert decoder.close() == ["[DONE]"]
+    assert decoder.close() == []
+
+
+STREAM = (
+    'data: {"a": "h\u00e9llo \u2014 \U0001f600"}\r\n\r\n'  # CRLF lines, multi-byte text
+    ": comment\r\r"  # bare CR lines
+    "data: one\ndata: two\n\n"
+    "data: [DONE]\n\n"
+).encode()
+PAYLOADS = ['{"a": "h\u00e9llo \u2014 \U0001f600"}', "one\ntwo", "[DONE]"]
+
+
+def test_sse_decoder_gives_the_same_events_wherever_the_reads_split() -> None:
+    """A read may end anywhere: inside a line, between CR and LF, inside a multi-byte character."""
+    for cut in range(len(STREAM) + 1):
+        decoder = SSEDecoder()
+        assert decoder.feed(STREAM[:cut]) + decoder.feed(STREAM[cut:]) + decoder.close() == PAYLOADS, cut
+    decoder = SSEDecoder()
+    one_byte_reads = [
+        payload for index in range(len(STREAM)) for payload in decoder.feed(STREAM[index : index + 1])
+    ]
+    assert one_byte_reads + decoder.close() == PAYLOADS
+
+
+def test_sse_decoder_decodes_every_event_a_read_completes_at_once() -> None:
+    """A read that brings many chunks (a busy process reading late) yields them all, in order."""
+    decoder = SSEDecoder()
+    many = b"".join(b"data: %d\n\n" % index for index in range(50))
+    assert decoder.feed(many + b"data: 5") == [str(index) for index in range(50)]
+    assert decoder.feed(b"0\n\n") == ["50"]
 
 
 def test_retry_delay_prefers_the_servers_wish_up_to_the_cap() -> None:
@@ -326,6 +356,52 @@ async def test_cancel_mid_stream_closes_the_connection_promptly() -> None:
             assert trio.current_time() - cancelled_at < 1.0
             await mock.wait_for_aborted(1)
         assert len(mock.requests) == 1
+
+
+async def test_requests_beyond_max_streams_wait_for_a_slot_not_for_the_pool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With every stream slot taken, the next request waits, unsent, however long (never a pool
+    timeout), says so once in the log, and goes out as soon as a stream ends."""
+
+    def replies(index: int, body: dict[str, Any]) -> Text | Hang:
+        return Hang(text=f"hanging {index}") if index < 2 else Text(text=f"answer {index}")
+
+    config = ModelConfig(provider="openai", base_url="", name="gpt-test", api_key_env="", max_streams=2)
+    async with serve_model(replies) as mock:
+        model = OpenAIModel.from_config(
+            attrs.evolve(config, base_url=mock.base_url),
+            backoff=NO_WAIT,
+            timeout=httpx.Timeout(5.0, pool=0.01),
+        )
+        results: list[ModelReply] = []
+        answered = trio.Event()
+
+        async def third() -> None:
+            results.append(await model.complete(request()))
+            answered.set()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                first = trio.CancelScope()
+
+                async def hanging() -> None:
+                    with first:
+                        await model.complete(request())
+
+                nursery.start_soon(hanging)
+                nursery.start_soon(model.complete, request())
+                await mock.wait_for_hanging(2)
+                nursery.start_soon(third)
+                await trio.sleep(0.2)  # twenty times the pool timeout
+                assert len(mock.requests) == 2
+                first.cancel()
+                await answered.wait()
+                nursery.cancel_scope.cancel()
+        await model.aclose()
+    assert bare(results[0]) == ModelReply(text="answer 2")
+    full = [record.getMessage() for record in caplog.records if "model_streams_full" in record.getMessage()]
+    assert len(full) == 1 and "max_streams=2" in full[0]
 
 
 async def test_empty_api_key_sends_no_authorization(monkeypatch: pytest.MonkeyPatch) -> None:
