@@ -27,7 +27,12 @@ from bench.turns import run_turn, sequential, watched_coordinator
 
 def unavailable() -> str | None:
     """Why the group cannot run here, or None."""
-    for module in ("langgraph", "langgraph.checkpoint.sqlite"):
+    return missing("langgraph", "langgraph.checkpoint.sqlite")
+
+
+def missing(*modules: str) -> str | None:
+    """Which of the peer extra's ``modules`` is not installed, said as a skip's reason; or None."""
+    for module in modules:
         try:
             found = util.find_spec(module)
         except ModuleNotFoundError:

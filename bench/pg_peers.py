@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from importlib import util
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ import attrs
 import trio
 
 from bench.harness import Sizes, median
+from bench.peer import missing
 from bench.pg import scratch_database
 from bench.pg_rtt import LINK_DELAY_SECONDS, Link, running_link, warm_coordinator
 from bench.turns import sequential
@@ -46,14 +46,7 @@ WARM_UP_TURNS = 5
 
 def unavailable() -> str | None:
     """Why the group cannot run here, or None."""
-    for module in ("langgraph", "langgraph.checkpoint.postgres", "dbos"):
-        try:
-            found = util.find_spec(module)
-        except ModuleNotFoundError:
-            found = None
-        if found is None:
-            return f"{module} is not installed (pip install -e '.[peer]')"
-    return None
+    return missing("langgraph", "langgraph.checkpoint.postgres", "dbos")
 
 
 # ---- the peers' side, in their own processes ----

@@ -42,8 +42,10 @@ def _is_high_surrogate(char: str) -> bool:
 class StepText:
     """The ``TextSink`` of one model request, owned by its step actor.
 
-    ``append`` and ``restart`` are called by the provider as chunks arrive (no await); the step's
-    flusher task publishes what arrived, and ``finish`` publishes the tail once the reply is whole.
+    ``append`` and ``restart`` are called by the provider as chunks arrive (no await). A piece that
+    arrives once the coalescing window since the last delta has passed is published at once; one
+    within it is published by the step's flusher task at the window's end, which also saves the text
+    so far every ``SAVE_SECONDS``; ``finish`` publishes the tail once the reply is whole.
     """
 
     turn: TurnScope
@@ -60,8 +62,10 @@ class StepText:
     _saved: str = ""
     _arrived: trio.Event = attrs.Factory(trio.Event)
     # The flusher starts with the first piece of text, in the turn's background nursery (a reply
-    # without text, tool calls only, costs no task), and is cancelled when the stream ends.
+    # without text, tool calls only, costs no task), and is cancelled when the stream ends. It
+    # wakes only for pieces within a window and for the first piece after a save is due.
     _flusher: trio.CancelScope | None = None
+    _save_due: float = math.inf
     _streaming: bool = False
 
     @property
@@ -83,11 +87,23 @@ class StepText:
     def append(self, piece: str) -> None:
         if piece:
             self._pieces.append(piece)
-            self._arrived.set()
+            if not self._streaming:
+                return  # a reply that did not stream: ``finish`` publishes it
+            now = trio.current_time()
+            # Past the window since the last delta (a model's usual pace): published now, by the
+            # task that read the piece, without waking another; within it, the flusher publishes
+            # at the window's end. The flusher also wakes for the first piece after a save is due.
+            if now >= self._last_publish + COALESCE_SECONDS:
+                self._publish()
+            else:
+                self._arrived.set()
             background = self.turn.background
-            if self._streaming and self._flusher is None and background is not None:
+            if self._flusher is None and background is not None:
                 self._flusher = trio.CancelScope()
+                self._save_due = now + SAVE_SECONDS
                 background.start_soon(self.serve_flushes, self._flusher, name=f"flusher {self.step_id}")
+            elif now >= self._save_due:
+                self._arrived.set()
 
     @contextlib.contextmanager
     def streaming(self) -> Iterator[None]:
@@ -135,7 +151,8 @@ class StepText:
         self.turn.runtime.bus.publish_delta_after(event, self.started_seq)
 
     async def serve_flushes(self, scope: trio.CancelScope) -> None:
-        """Publish what arrives, at most once every ``COALESCE_SECONDS``, until ``scope`` is cancelled.
+        """Publish what arrived within a window at the window's end, and save the text so far with
+        the first piece after each ``SAVE_SECONDS``, until ``scope`` is cancelled.
 
         A delta published before the step's start is durable is held by the bus until that start is
         published: a subscriber never hears of a step's text before it hears that the step started.
@@ -149,15 +166,15 @@ class StepText:
             await self._serve_flushes()
 
     async def _serve_flushes(self) -> None:
-        next_save = trio.current_time() + SAVE_SECONDS
         while True:
             await self._arrived.wait()
             self._arrived = trio.Event()
-            await trio.sleep_until(self._last_publish + COALESCE_SECONDS)
-            self._publish()
-            if trio.current_time() >= next_save:
+            if len(self.text) > self.published:
+                await trio.sleep_until(self._last_publish + COALESCE_SECONDS)
+                self._publish()
+            if trio.current_time() >= self._save_due:
                 await self._save()
-                next_save = trio.current_time() + SAVE_SECONDS
+                self._save_due = trio.current_time() + SAVE_SECONDS
 
     async def _save(self) -> None:
         """Save the text so far to the step's row, for a start after a crash (fenced like every write).

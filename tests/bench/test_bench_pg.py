@@ -3,11 +3,13 @@ and without a server the group is skipped with one line, not failed. No timing i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +31,17 @@ def _bench(out: Path, url: str, groups: str = "pg,pg_rtt") -> subprocess.Complet
     )
 
 
+def _figures(out: Path, done: subprocess.CompletedProcess[str], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The recorded document, once each of ``keys`` is found in it as a positive number, and printed."""
+    document: dict[str, Any] = json.loads(out.read_text())
+    for key in keys:
+        value = document.get(key)
+        assert isinstance(value, int | float) and not isinstance(value, bool), key
+        assert math.isfinite(value) and value > 0, key
+        assert key in done.stdout, key
+    return document
+
+
 @pytest.mark.slow
 def test_the_pg_group_writes_every_figure_as_a_number(tmp_path: Path) -> None:
     """`coordinator bench --only pg,pg_rtt` must print and record one node's and three nodes' turn
@@ -38,12 +51,7 @@ def test_the_pg_group_writes_every_figure_as_a_number(tmp_path: Path) -> None:
     out = tmp_path / "latest.json"
     done = _bench(out, server_url())
     assert done.returncode == 0, done.stderr
-    document = json.loads(out.read_text())
-    for key in PG_KEYS:
-        value = document.get(key)
-        assert isinstance(value, int | float) and not isinstance(value, bool), key
-        assert math.isfinite(value) and value > 0, key
-        assert key in done.stdout, key
+    document = _figures(out, done, PG_KEYS)
     assert document["pg_takeover_s_min"] <= document["pg_takeover_s"] <= document["pg_takeover_s_max"]
 
 
@@ -64,12 +72,7 @@ def test_the_pg_peers_group_runs_langgraph_and_dbos_beside_us(tmp_path: Path) ->
     out = tmp_path / "latest.json"
     done = _bench(out, server_url(), "pg_peers")
     assert done.returncode == 0, done.stderr
-    document = json.loads(out.read_text())
-    for key in PG_PEER_KEYS:
-        value = document.get(key)
-        assert isinstance(value, int | float) and not isinstance(value, bool), key
-        assert math.isfinite(value) and value > 0, key
-        assert key in done.stdout, key
+    document = _figures(out, done, PG_PEER_KEYS)
     # Every side waits for the server at least once a turn, through its own link.
     assert document["langgraph_pg_round_trips_per_turn"] >= 1
     assert document["dbos_round_trips_per_turn"] >= 1
@@ -77,5 +80,5 @@ def test_the_pg_peers_group_runs_langgraph_and_dbos_beside_us(tmp_path: Path) ->
 
 
 def test_without_the_peers_the_pg_peers_group_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pg_peers.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert pg_peers.unavailable() == "langgraph is not installed (pip install -e '.[peer]')"
