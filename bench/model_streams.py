@@ -15,6 +15,9 @@ once; the figures:
   model to its text arriving at the subscriber, in a delta.
 - ``streams_carried_p99_100ms``: the most sessions, of 50, 100, 200, 300, 500, 700 and 1,000 streaming at
   once (100 chunks each), for which that delay's p99 stays within 100 ms.
+- ``stream_floor_us_per_chunk``: this process's CPU a chunk when bare trio tasks read the same 100
+  streams (a socket read, the events split, ``json.loads``): what a chunk costs any trio program
+  before it does anything with it.
 - ``stream_turn_stretch_500``: 500 sessions prompted at once (as fast as 8 connections send the
   prompts), each model streaming a 5 s answer: the median session's time from the first prompt sent
   to its ``session.idle``, over the model's own 5 s.
@@ -202,6 +205,42 @@ async def _prompt_all(server: Server, ids: list[str], text: str) -> None:
             nursery.start_soon(post, ids[index::POSTERS])
 
 
+async def floor_us_per_chunk(model_url: str, sessions: int, chunks: int) -> float:
+    """CPU a chunk of ``sessions`` streams read by bare trio tasks: the floor under the server's."""
+    body = json.dumps(
+        {"model": "paced", "messages": [{"role": "user", "content": f"paced:{chunks}:{CHUNK_MS}"}]}
+    )
+    host, port = model_url.split("//", 1)[1].split("/", 1)[0].split(":")
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+    parsed = 0
+
+    async def read_one() -> None:
+        nonlocal parsed
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(request)
+            buffer = b""
+            while not buffer.endswith(b"0\r\n\r\n"):
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                *events, buffer = (buffer + data).split(b"\n\n")
+                for event in events:
+                    at = event.find(b"data: {")
+                    if at >= 0:
+                        json.loads(event[at + 6 :])
+                        parsed += 1
+
+    started = time.process_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(sessions):
+            nursery.start_soon(read_one)
+    return (time.process_time() - started) / max(parsed, 1) * 1e6
+
+
 async def measure_model_streams(workdir: Path, sizes: Sizes) -> dict[str, float]:
     await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
     base, chunks = sizes.model_streams, sizes.model_stream_chunks
@@ -209,6 +248,7 @@ async def measure_model_streams(workdir: Path, sizes: Sizes) -> dict[str, float]
     with running_model() as model_url:
         one = await one_load(workdir, model_url, base, chunks, 1)
         ten = await one_load(workdir, model_url, base, chunks, 10)
+        figures["stream_floor_us_per_chunk"] = await floor_us_per_chunk(model_url, base, chunks)
         figures["stream_us_per_chunk_1"] = one.us_per_chunk
         figures["stream_us_per_chunk_10"] = ten.us_per_chunk
         figures["stream_delay_ms_p50"] = median(one.delays_ms)
