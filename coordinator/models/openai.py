@@ -53,6 +53,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
 request never waits for the pool: ``OpenAIModel.streams`` lets no more requests in than it holds."""
 
 DEFAULT_MAX_STREAMS = 1000
+"""Requests streaming at once when no config says (``[model] max_streams``)."""
 
 CLOSE_SECONDS = 2.0
 """How long closing an abandoned stream may take; it is a local socket close, so this is generous."""
@@ -162,7 +163,8 @@ class OpenAIModel:
         """A client for ``config``; the API key is read now from the env var ``config.api_key_env``.
 
         Args:
-            config: the ``[model]`` section (``base_url``, ``name``, ``api_key_env``).
+            config: the ``[model]`` section (``base_url``, ``name``, ``api_key_env``, and
+                ``max_streams``: the requests that may stream at once).
             transport: an httpx transport to use instead of the network (tests, proxies).
             backoff: seconds before each retry; its length is the number of retries.
             retry_after_cap: the longest ``Retry-After`` honoured, in seconds.
