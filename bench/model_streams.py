@@ -67,9 +67,10 @@ class Load:
 @contextlib.contextmanager
 def running_model() -> Iterator[str]:
     """``stream_model.py`` in its own process: yields its ``/v1`` base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.stream_model"], stdout=subprocess.PIPE, text=True
-    )
+    # From the checkout's root, so that ``-m bench.stream_model`` is found wherever the bench runs from.
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "bench.stream_model"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=root)
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline())
