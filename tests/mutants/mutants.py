@@ -44,6 +44,7 @@ PERMISSIONS = "tests/coordinator/test_permissions.py::"
 STEERING = "tests/scenarios/test_steering.py::"
 SOFT_STOPS = "tests/scenarios/test_queue_and_soft_stop.py::"
 EDITED = "tests/scenarios/test_edited_approvals.py::"
+POWER_CUTS = "tests/faults/test_power_cuts.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -395,5 +396,18 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         tests=(EDITED + "test_an_approval_with_an_edited_input_runs_it_and_tells_the_model[sqlite]",),
+    ),
+    Mutant(
+        name="acknowledged-before-synced",
+        origin="issue 39",
+        rule="nothing is acknowledged before the commit behind it survives a power cut",
+        edits=(
+            Edit(
+                path="coordinator/store/sqlite/_sync_process.py",
+                old=("            os.fdatasync(fd)",),
+                new=("            pass",),
+            ),
+        ),
+        tests=(POWER_CUTS + "test_power_cuts_lose_nothing_acknowledged",),
     ),
 )
