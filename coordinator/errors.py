@@ -24,6 +24,7 @@
     │   ├── TurnMismatch                 409: ``expected_turn_id`` does not name the running turn
     │   ├── InvalidInput                 400: an edited tool input its tool's input schema refuses
     │   ├── CoordinatorClosed            503: the coordinator is shutting down or closed
+    │   ├── StoreUnavailable             503: the database refused the request's write; nothing saved
     │   └── InternalError                500: anything unexpected; its traceback stays in the log
     ├── ConfigError                      a bad config file or flag (the CLI exits 2)
     ├── StoreError                       the store failed
@@ -276,6 +277,16 @@ class CoordinatorClosed(ClientError):
     """The coordinator is shutting down or closed; no new work is accepted."""
 
     name: ClassVar[str] = "CoordinatorClosed"
+    status: ClassVar[int] = 503
+
+
+@attrs.define(eq=False)
+class StoreUnavailable(ClientError):
+    """The database refused this request's write (a full disk, an I/O error, a database server that
+    went away): nothing of the request was saved, and the server keeps answering reads. Retry once
+    the store writes again; turns it was running resume by themselves then."""
+
+    name: ClassVar[str] = "StoreUnavailable"
     status: ClassVar[int] = 503
 
 

@@ -12,6 +12,7 @@ from coordinator.actors import session, stops
 from coordinator.actors.context import Runtime, Takeover
 from coordinator.actors.session import SessionHandle
 from coordinator.claims import Liveness
+from coordinator.errors import StoreError
 from coordinator.logs import get_logger
 from coordinator.statuses import ClaimState, TurnStatus
 from coordinator.store import Reader, Transaction
@@ -31,6 +32,8 @@ class Registry:
         self._nursery = nursery
         self._actors: dict[str, SessionHandle] = {}
         self._takeovers: dict[str, Takeover] = {}
+        # Sessions whose actor stopped on a store failure, to take over once the store writes again.
+        self._store_failed: set[str] = set()
         self.closed = False
         self._changed = trio.Event()
         runtime.store.on_change(self._notice_change)
@@ -62,6 +65,8 @@ class Registry:
         finally:
             if self._actors.get(handle.session_id) is handle:
                 del self._actors[handle.session_id]
+            if handle.store_failed and not self.closed:
+                self._store_failed.add(handle.session_id)
 
     async def recover(self, liveness: Liveness) -> list[str]:
         """Find turns left unfinished by a shutdown or a crash and start their sessions' actors.
@@ -101,6 +106,42 @@ class Registry:
         for session_id in [*started, *found.queued]:
             self.ensure_running(session_id)
         return started
+
+    async def retake_store_failed(self) -> None:
+        """Take over, as after a crash, the turn of each session whose actor stopped because the
+        store refused a write, once the store writes again: the turn resumes (or settles the stop
+        decided before the failure) exactly as at the next start, without a restart.
+
+        Only a turn whose claim this instance still holds is retaken here; a takeover whose claim
+        commit failed left the claim with its dead owner, and ``recover`` takes it. The probe is
+        the instance's heartbeat; while it fails, nothing is retaken (the failure was logged when
+        it stopped the actor)."""
+        if not self._store_failed:
+            return
+        me = self._runtime.instance_id
+        held = functools.partial(_turns_held_by, session_ids=sorted(self._store_failed), me=me)
+        turns = await self._runtime.store.read(held)
+        self._store_failed.intersection_update(turn.session_id for turn in turns)
+        if not turns:
+            return
+        try:
+            await self._runtime.store.write(lambda tx: tx.beat(me))
+        except StoreError:
+            return  # still failing: look again at the next tick
+        for turn in turns:
+            self._store_failed.discard(turn.session_id)
+            if turn.session_id in self._actors:
+                continue
+            self._takeovers[turn.id] = Takeover(previous_owner=me, after="crash")
+            log.info(
+                "turn_recovered",
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                status=turn.status,
+                after="crash",
+                cause="store_failed",
+            )
+            self.ensure_running(turn.session_id)
 
     async def _park(self, turn: TurnRow, takeover: Takeover) -> None:
         """Leave ``turn`` suspended for a manual resume, in one transaction: a crashed turn's claim,
@@ -166,6 +207,7 @@ class Registry:
             if self.closed:
                 return
             try:
+                await self.retake_store_failed()
                 await self.recover(liveness)
                 await decisions.apply_remote_decisions(self._runtime)
                 await self._runtime.bus.notice_foreign_commits(self._runtime.store)
@@ -210,6 +252,19 @@ class _RecoveryView:
     parked: set[str]
     asked: set[str]  # by a resume whose instance died before its takeover
     queued: list[str]
+
+
+def _turns_held_by(reader: Reader, session_ids: list[str], me: str) -> list[TurnRow]:
+    """The unfinished turn of each of ``session_ids`` whose claim ``me`` holds."""
+    turns = []
+    for session_id in session_ids:
+        claim = reader.get_claim(session_id)
+        if claim is None or claim.owner != me or claim.state != ClaimState.HELD:
+            continue
+        turn = reader.next_turn(session_id)
+        if turn is not None and turn.status in (TurnStatus.RUNNING, TurnStatus.STOPPING):
+            turns.append(turn)
+    return turns
 
 
 def _recovery_view(reader: Reader, me: str) -> _RecoveryView:

@@ -53,6 +53,8 @@ class SessionHandle:
     # The actor's look for its next turn may read a snapshot taken before such a commit (on
     # PostgreSQL the read runs in a thread), so it looks again when this moved during the look.
     nudges: int = 0
+    # The actor stopped because the store refused a write: its turn is left as after a crash.
+    store_failed: bool = False
     done: trio.Event = attrs.Factory(trio.Event)
     # Shielded: only ``shutdown`` (with a typed reason) stops a session, never an outer cancellation.
     scope: trio.CancelScope = attrs.Factory(lambda: trio.CancelScope(shield=True))
@@ -83,7 +85,9 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
         except Fenced as exc:
             log.warning("claim_lost", error=str(exc))
         except StoreError as exc:
-            # What could not be written stays as the store has it; the next start recovers it.
+            # What could not be written stays as the store has it, as after a crash: the registry
+            # takes the session over once the store writes again (``Registry.retake_store_failed``).
+            handle.store_failed = True
             log.error("session_store_failed", exc_info=exc)
         finally:
             handle.done.set()

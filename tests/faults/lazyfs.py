@@ -348,8 +348,18 @@ async def _converse(fs: LazyFS, stream: trio.SocketStream) -> None:
 async def run(fs: LazyFS, control: str) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_control, fs, control)
+        nursery.start_soon(_end_with_parent, os.getppid())
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
+
+
+async def _end_with_parent(parent: int) -> None:
+    """Unmount when the process that mounted us is gone (killed before it could unmount)."""
+    while True:
+        if os.getppid() != parent:  # adopted: the parent died
+            pyfuse3.terminate()
+            return
+        await trio.sleep(0.5)
 
 
 def main() -> None:

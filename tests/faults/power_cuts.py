@@ -251,11 +251,17 @@ async def _live(state: Round, life: int, *, last: bool) -> None:
 
 
 async def _start(state: Round, log: Any) -> tuple[trio.Process, str]:
-    entry = ["-m", "coordinator"] if state.synchronous == "full" else ["-m", "tests.faults.serve_normal"]
-    command = [sys.executable, *entry, "serve", "--config", str(state.folder / "config.toml"), "--port", "0"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), STARTS_ENV: str(state.starts)}
+    return await start_server(state.folder, log, synchronous=state.synchronous, starts=state.starts)
+
+
+async def start_server(folder: Path, log: Any, *, synchronous: str, starts: Path) -> tuple[trio.Process, str]:
+    """``coordinator serve`` on ``folder/config.toml`` (its tools counting starts in ``starts``);
+    returns the process and the URL it listens on."""
+    entry = ["-m", "coordinator"] if synchronous == "full" else ["-m", "tests.faults.serve_normal"]
+    command = [sys.executable, *entry, "serve", "--config", str(folder / "config.toml"), "--port", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), STARTS_ENV: str(starts)}
     proc = await trio.lowlevel.open_process(
-        command, cwd=state.folder, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
     )
     assert proc.stdout is not None
     seen = b""
@@ -549,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
     parser.add_argument("--stop-at-first-loss", action="store_true")
     args = parser.parse_args(argv)
+    # A SIGTERM unwinds like an interrupt, so the rig is unmounted on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     totals = run_campaign(
         cuts=args.cuts,
         seed=args.seed,
