@@ -129,6 +129,14 @@ class LazyFS(pyfuse3.Operations):
             return {}
         if op == "counts":
             return dict(self.counts)
+        if op == "pending":
+            return {
+                "files": {
+                    name: len(self.nodes[inode].pending)
+                    for name, inode in self._names()
+                    if self.nodes[inode].pending
+                }
+            }
         raise ValueError(f"unknown op {op!r}")
 
     def cut(self, rng: random.Random, mode: str | None) -> dict[str, str]:
@@ -158,6 +166,14 @@ class LazyFS(pyfuse3.Operations):
             except OSError:
                 pass  # the kernel no longer knows the inode: nothing of it is cached
         return report
+
+    def _names(self) -> list[tuple[str, int]]:
+        return [
+            (name.decode(errors="replace"), inode)
+            for directory in self.nodes.values()
+            for name, inode in directory.children.items()
+            if inode in self.nodes
+        ]
 
     # Files.
 

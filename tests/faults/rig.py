@@ -71,6 +71,11 @@ class Rig:
         """From now on writes fail with ``write`` and syncs with ``sync`` ("ENOSPC", "EIO", None: succeed)."""
         self.ask(op="fail", write=write, sync=sync)
 
+    def pending(self) -> dict[str, int]:
+        """The files with writes not yet synced, and how many each."""
+        files: dict[str, int] = self.ask(op="pending")["files"]
+        return files
+
     def counts(self) -> dict[str, int]:
         return self.ask(op="counts")
 
