@@ -122,6 +122,7 @@ class RoundResult:
     acknowledged: int
     lost: tuple[str, ...]
     integrity_failures: int
+    cuts_losing: int
     violations: tuple[str, ...]  # the chaos invariants, and seqs that named two events
     starts: int
     seconds: float
@@ -143,6 +144,7 @@ class Round:
     clashes: list[str] = attrs.Factory(list)
     integrity_failures: int = 0
     schema_lost: bool = False
+    cuts_losing: int = 0  # cuts after which something acknowledged was missing
     cut_reports: list[str] = attrs.Factory(list)
 
     @property
@@ -185,6 +187,7 @@ async def run_round(
         acknowledged=state.acks.count(),
         lost=tuple(f"{when}: {item}" for item, when in state.lost.items()),
         integrity_failures=state.integrity_failures,
+        cuts_losing=state.cuts_losing,
         violations=tuple(dict.fromkeys([*violations, *state.clashes])),
         starts=len(_starts(state.starts)),
         seconds=time.perf_counter() - started,
@@ -379,7 +382,8 @@ async def _until_settled(state: Round) -> None:
     with trio.move_on_after(SETTLE_SECONDS):
         while True:
             rows = _read(state.db, lambda read: [read.get_turn(t) for t in state.record.turns])
-            if all(row is not None and row.status == TurnStatus.SETTLED for row in rows):
+            # A turn a cut lost (counted as lost already) has nothing left to settle.
+            if all(row is None or row.status == TurnStatus.SETTLED for row in rows):
                 return
             await trio.sleep(POLL_SECONDS * 4)
     state.record.violate(1, f"the last server did not settle every turn within {SETTLE_SECONDS:g}s")
@@ -404,9 +408,13 @@ def _check_acknowledged(state: Round, life: int | None) -> None:
         with open_read_view(str(state.db)) as read:
             missing = _missing(read, state.acks, _starts(state.starts))
     except errors.StoreError as error:  # not even the schema survived
-        missing = [f"everything ({error}): {item}" for item in _everything(state.acks)]
-    for item in missing:
-        state.lost.setdefault(item, when)
+        when += f" (the database lost its tables: {error})"
+        missing = _everything(state.acks)
+    new = [item for item in missing if item not in state.lost]
+    for item in new:
+        state.lost[item] = when
+    if new and life is not None:
+        state.cuts_losing += 1
 
 
 def _missing(read: Any, acks: Acknowledged, starts: list[tuple[str, str, str]]) -> list[str]:
@@ -505,6 +513,7 @@ class Totals:
     violations: int = 0
     starts: int = 0
     dropped_log_writes: int = 0  # cuts that dropped some unsynced writes of the write-ahead log
+    cuts_losing: int = 0
 
     def add(self, result: RoundResult) -> None:
         self.rounds += 1
@@ -513,6 +522,7 @@ class Totals:
         self.acknowledged += result.acknowledged
         self.lost += len(result.lost) - result.integrity_failures
         self.integrity_failures += result.integrity_failures
+        self.cuts_losing += result.cuts_losing
         self.violations += len(result.violations)
         self.starts += result.starts
 
@@ -520,7 +530,8 @@ class Totals:
         return (
             f"power cuts {self.cuts} (synchronous={synchronous}, {self.rounds} rounds, "
             f"{self.dropped_log_writes} dropping unsynced log writes), "
-            f"acknowledged items {self.acknowledged}, acknowledged items lost {self.lost}, "
+            f"acknowledged items {self.acknowledged}, acknowledged items lost {self.lost} "
+            f"(by {self.cuts_losing} cuts), "
             f"integrity failures {self.integrity_failures}, invariant violations {self.violations}, "
             f"tool starts {self.starts}"
         )
