@@ -19,13 +19,20 @@ from typing import Any
 
 import trio
 
+from coordinator.errors import StoreError
 from coordinator.events import Event
+from coordinator.logs import get_logger
+
+log = get_logger(__name__)
 
 PAGE = 1000
 """Events read at most at once."""
 
 LOOK_SECONDS = 1.0
 """How often the tail looks without being woken (a notification lost with its connection)."""
+
+RETRY_SECONDS = (0.05, 1.0)
+"""The pause after a failed read, doubling from the first to the second while reads fail."""
 
 
 class Tail:
@@ -64,11 +71,24 @@ class Tail:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._handed = await self._store.read(lambda reader: reader.last_seq())
         task_status.started()
+        pause = 0.0
         while True:
-            with trio.move_on_after(LOOK_SECONDS):
-                await self._wake.wait()
+            with trio.move_on_after(pause or LOOK_SECONDS):
+                if not pause:
+                    await self._wake.wait()
             self._wake = trio.Event()
-            await self._read_on()
+            try:
+                await self._read_on()
+            except StoreError as exc:
+                # The server went away (restarted, or an operator ended our connection): the pool
+                # connects again; until a read succeeds, nothing more is handed over, in order.
+                if not pause:
+                    log.warning("event_tail_read_failed", error=str(exc))
+                pause = min(pause * 2, RETRY_SECONDS[1]) if pause else RETRY_SECONDS[0]
+                continue
+            if pause:
+                log.info("event_tail_reading_again")
+            pause = 0.0
 
     async def _read_on(self) -> None:
         while True:
