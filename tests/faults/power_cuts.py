@@ -322,7 +322,7 @@ async def _wander(client: CoordinatorClient, state: Round) -> None:
         await trio.sleep(state.rng.uniform(0, 0.3))
     # Most cuts come while the log has writes not yet synced: between a commit and its sync, the
     # moment a missing or late sync would lose something (elsewhere, everything is usually synced).
-    if state.rng.random() < 0.7:
+    if state.rng.random() < 0.7 and state.rig is not None:
         with trio.move_on_after(1.0):
             while True:
                 if any(name.endswith("-wal") for name in state.rig.pending()):
@@ -410,7 +410,9 @@ def _check_acknowledged(state: Round, life: int | None) -> None:
     except errors.StoreError as error:  # not even the schema survived
         when += f" (the database lost its tables: {error})"
         missing = _everything(state.acks)
-    new = [item for item in missing if item not in state.lost]
+    # One line per item: an event is named by its seq, whatever the store has there now.
+    known = {_item_key(item) for item in state.lost}
+    new = [item for item in missing if _item_key(item) not in known]
     for item in new:
         state.lost[item] = when
     if new and life is not None:
@@ -452,6 +454,10 @@ def _everything(acks: Acknowledged) -> list[str]:
     ]
 
 
+def _item_key(item: str) -> str:
+    return item.split(",", 1)[0].split(" (", 1)[0]
+
+
 def _interrupted(row: Any) -> bool:
     for reason in (row.stop_reason, row.soft_stop):
         if reason is not None and reason.type == "interrupt":
@@ -471,9 +477,11 @@ def _missing_events(stored: dict[int | None, Event], received: dict[int, dict[st
     for seq, event in sorted(received.items()):
         here = stored.get(seq)
         if here is None:
-            missing.append(f"event {seq} ({event.get('type')}), which a follower received")
+            missing.append(f"event {seq}, which a follower received ({event.get('type')})")
         elif json.loads(json.dumps(here.to_dict())) != event:
-            missing.append(f"event {seq}: a follower received {_brief(event)}, the store has {here.type}")
+            missing.append(
+                f"event {seq}, which a follower received ({_brief(event)}; the store has {here.type})"
+            )
     return missing
 
 
@@ -519,7 +527,7 @@ class Totals:
         self.rounds += 1
         self.cuts += len(result.cuts)
         self.dropped_log_writes += sum(("-wal lose" in c) or ("-wal torn" in c) for c in result.cuts)
-        self.acknowledged += result.acknowledged
+        self.acknowledged += result.acknowledged + result.starts
         self.lost += len(result.lost) - result.integrity_failures
         self.integrity_failures += result.integrity_failures
         self.cuts_losing += result.cuts_losing
