@@ -2,10 +2,12 @@
 
 A round makes a scratch database, starts two ``coordinator serve`` nodes on it and drives them over
 HTTP as the power-cut campaign does (``power_cuts.py``: sessions, prompts, replies, forms,
-interrupts, a follower on each node), through either node. Meanwhile the database goes away, a few
-times a round at random moments: every connection to it ended (``pg_terminate_backend``: both
-nodes' pools and listeners), or, with ``--restarts``, the whole server restarted (``pg_ctlcluster
-restart``, fast or ``immediate`` at random). Then, once every turn has settled:
+interrupts, a follower on each node), through either node; each node reaches the database through a
+link of its own (``stall_proxy.py``). Meanwhile the database goes away, a few times a round at random
+moments: every connection to it ended (``pg_terminate_backend``: both nodes' pools and listeners),
+one node's link stalled for 0.5-4 s (longer than the 2 s lease at times, so the other node takes its
+turns over while it still lives), or, with ``--restarts``, the whole server restarted
+(``pg_ctlcluster restart``, fast or ``immediate`` at random). Then, once every turn has settled:
 
 - everything acknowledged is stored (every 2xx's effect, every event a follower received, every
   tool start), and no seq named two events on either node's stream;
@@ -23,6 +25,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,7 +45,8 @@ from coordinator.client import CoordinatorClient
 from coordinator.statuses import TurnStatus
 from coordinator.store import open_read_view
 from tests.faults import power_cuts
-from tests.faults.power_cuts import CONFIG, SCRIPT, TOKEN, Acknowledged, start_server
+from tests.faults.power_cuts import CONFIG, SCRIPT, START_SECONDS, TOKEN, Acknowledged, start_server
+from tests.faults.rig import REPO
 
 TERMINALS = {
     "session.execution.succeeded",
@@ -113,16 +117,27 @@ async def run_round(seed: int, number: int, scratch: Path, server_url: str, rest
 
 
 async def _drive(state: PgRound, url: str, server_url: str, faults: list[str], restarts: bool) -> int:
-    """Two nodes, driven through faults until every turn settled; returns how many nodes ran."""
+    """Two nodes, each through a link of its own, driven through faults until every turn settled;
+    returns how many nodes ran."""
     nodes = 2
-    config = CONFIG.format(db=url, token=TOKEN).replace("[server]\n", "[server]\nlease = 2\n", 1)
-    (state.folder / "config.toml").write_text(config)
     (state.folder / "script.json").write_text(json.dumps(SCRIPT))
     async with contextlib.AsyncExitStack() as stack:
-        clients = []
+        clients, links = [], []
         for node in range(nodes):
+            link, port = await _open_link(url)
+            stack.push_async_callback(_close_link, link)
+            links.append(link)
+            config = state.folder / f"node-{node}.toml"
+            linked = psycopg.conninfo.make_conninfo(url, port=port)
+            config.write_text(
+                CONFIG.format(db=_as_url(linked), token=TOKEN).replace(
+                    "[server]\n", "[server]\nlease = 2\n", 1
+                )
+            )
             log = stack.enter_context((state.folder / f"node-{node}.log").open("wb"))
-            proc, node_url = await start_server(state.folder, log, synchronous="full", starts=state.starts)
+            proc, node_url = await start_server(
+                state.folder, log, synchronous="full", starts=state.starts, config=config
+            )
             stack.push_async_callback(_stop, proc)
             clients.append(await stack.enter_async_context(CoordinatorClient(node_url, TOKEN, timeout=10)))
         async with trio.open_nursery() as nursery:
@@ -132,7 +147,7 @@ async def _drive(state: PgRound, url: str, server_url: str, faults: list[str], r
             for _ in range(state.rng.choice((2, 3, 4))):
                 await power_cuts._prompt(state.rng.choice(clients), state)
                 await power_cuts._wander(state.rng.choice(clients), state)
-                faults.append(await _fault(state.rng, url, server_url, restarts))
+                faults.append(await _fault(state.rng, url, server_url, restarts, links))
             await _until_settled(state, url)
             for client in clients:  # both nodes answer again, and serve every event
                 await _answers(client)
@@ -141,11 +156,52 @@ async def _drive(state: PgRound, url: str, server_url: str, faults: list[str], r
     return nodes
 
 
-async def _fault(rng: random.Random, url: str, server_url: str, restarts: bool) -> str:
+async def _open_link(url: str) -> tuple[trio.Process, int]:
+    """A stall proxy in front of the database server of ``url``: the process and its port."""
+    where = psycopg.conninfo.conninfo_to_dict(url)
+    command = [sys.executable, "-m", "tests.faults.stall_proxy", str(where["host"]), str(where["port"])]
+    link = await trio.lowlevel.open_process(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert link.stdout is not None
+    seen = b""
+    with trio.fail_after(START_SECONDS):
+        while not seen.endswith(b"\n"):
+            seen += await link.stdout.receive_some(64)
+    return link, int(seen)
+
+
+async def _close_link(link: trio.Process) -> None:
+    with trio.CancelScope(shield=True):
+        assert link.stdin is not None
+        await link.stdin.aclose()  # the proxy exits when its stdin closes
+        with trio.move_on_after(5):
+            await link.wait()
+        if link.returncode is None:
+            link.kill()
+            await link.wait()
+
+
+def _as_url(conninfo: str) -> str:
+    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
+async def _fault(
+    rng: random.Random, url: str, server_url: str, restarts: bool, links: list[trio.Process]
+) -> str:
     if restarts and rng.random() < 0.5:
         mode = rng.choice(("fast", "immediate"))
         await trio.to_thread.run_sync(_restart_postgres, server_url, mode)
         return f"restart ({mode})"
+    if rng.random() < 0.3:
+        node, seconds = rng.randrange(len(links)), rng.uniform(0.5, 4.0)
+        links[node].send_signal(signal.SIGUSR1)
+        try:
+            await trio.sleep(seconds)
+        finally:
+            links[node].send_signal(signal.SIGUSR2)
+        return f"stall (node {node}, {seconds:.1f}s)"
     ended = await trio.to_thread.run_sync(_end_connections, server_url, url)
     return f"kill ({ended} connections)"
 
@@ -240,6 +296,7 @@ class Totals:
     rounds: int = 0
     kills: int = 0
     restarts: int = 0
+    stalls: int = 0
     acknowledged: int = 0
     lost: int = 0
     double_runs: int = 0
@@ -251,6 +308,7 @@ class Totals:
         self.rounds += 1
         self.kills += sum(f.startswith("kill") for f in result.faults)
         self.restarts += sum(f.startswith("restart") for f in result.faults)
+        self.stalls += sum(f.startswith("stall") for f in result.faults)
         self.acknowledged += result.acknowledged
         self.lost += len(result.lost)
         self.double_runs += sum("started" in v and "times" in v for v in result.violations)
@@ -260,7 +318,8 @@ class Totals:
 
     def line(self) -> str:
         return (
-            f"postgresql restarts {self.restarts}, connection kills {self.kills} ({self.rounds} rounds, "
+            f"postgresql restarts {self.restarts}, connection kills {self.kills}, link stalls {self.stalls} "
+            f"({self.rounds} rounds, "
             f"2 nodes), acknowledged items {self.acknowledged}, acknowledged items lost {self.lost}, "
             f"double runs {self.double_runs}, other violations {self.violations - self.double_runs}, "
             f"requests refused with 503 {self.refused}, tool starts {self.starts}"

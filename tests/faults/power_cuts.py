@@ -259,11 +259,14 @@ async def _start(state: Round, log: Any) -> tuple[trio.Process, str]:
     return await start_server(state.folder, log, synchronous=state.synchronous, starts=state.starts)
 
 
-async def start_server(folder: Path, log: Any, *, synchronous: str, starts: Path) -> tuple[trio.Process, str]:
-    """``coordinator serve`` on ``folder/config.toml`` (its tools counting starts in ``starts``);
-    returns the process and the URL it listens on."""
+async def start_server(
+    folder: Path, log: Any, *, synchronous: str, starts: Path, config: Path | None = None
+) -> tuple[trio.Process, str]:
+    """``coordinator serve`` in ``folder`` on ``config`` (``folder/config.toml`` by default), its tools
+    counting starts in ``starts``; returns the process and the URL it listens on."""
     entry = ["-m", "coordinator"] if synchronous == "full" else ["-m", "tests.faults.serve_normal"]
-    command = [sys.executable, *entry, "serve", "--config", str(folder / "config.toml"), "--port", "0"]
+    config = config or folder / "config.toml"
+    command = [sys.executable, *entry, "serve", "--config", str(config), "--port", "0"]
     env = {**os.environ, "PYTHONPATH": str(REPO), STARTS_ENV: str(starts)}
     proc = await trio.lowlevel.open_process(
         command, cwd=folder, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
