@@ -72,14 +72,13 @@ mutants: $(DEV_STAMP)
 # FAULT_CUTS times; then the planted missing sync, which the short campaign must catch. Needs
 # Debian's fuse3 and libfuse3-dev. Not part of `make test` (its short version is).
 FAULT_CUTS ?= 500
-# Then PostgreSQL going away under two nodes: FAULT_PG_KILLS times every connection ended, and
-# FAULT_PG_RESTARTS restarts of the whole server (pg_ctlcluster; nothing else may use it meanwhile).
+# Then PostgreSQL going away under two nodes: FAULT_PG_KILLS times every connection ended, links
+# stalled, and FAULT_PG_RESTARTS restarts of the whole server (pg_ctlcluster; nothing else may use
+# it meanwhile). It ends with one summary line of counts.
 FAULT_PG_KILLS ?= 200
 FAULT_PG_RESTARTS ?= 50
 faults: $(DEV_STAMP)
-	$(BIN)/python -m tests.faults.power_cuts --cuts $(FAULT_CUTS)
-	$(BIN)/python -m tests.mutants.run --only acknowledged-before-synced
-	$(BIN)/python -m tests.faults.pg_faults --kills $(FAULT_PG_KILLS) --restarts $(FAULT_PG_RESTARTS)
+	$(BIN)/python -m tests.faults --cuts $(FAULT_CUTS) --pg-kills $(FAULT_PG_KILLS) --pg-restarts $(FAULT_PG_RESTARTS)
 
 # Sessions created, prompted and deleted in a loop with retention on, printing RSS and the database's
 # size each minute (bench/soak.py; not in CI). SOAK_MINUTES=30 by default.
