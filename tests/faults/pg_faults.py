@@ -110,7 +110,7 @@ async def run_round(seed: int, number: int, scratch: Path, server_url: str, rest
         acknowledged=state.acks.count(),
         lost=tuple(lost),
         violations=tuple([*violations, *state.clashes]),
-        starts=len(power_cuts._starts(state.starts)),
+        starts=len(power_cuts.read_starts(state.starts)),
         refused=refused,
         seconds=time.perf_counter() - started,
     )
@@ -142,11 +142,11 @@ async def _drive(state: PgRound, url: str, server_url: str, faults: list[str], r
             clients.append(await stack.enter_async_context(CoordinatorClient(node_url, TOKEN, timeout=10)))
         async with trio.open_nursery() as nursery:
             for client in clients:
-                nursery.start_soon(power_cuts._follow, client, state, client is clients[0])
-                nursery.start_soon(power_cuts._respond, client, state)
+                nursery.start_soon(power_cuts.follow, client, state, client is clients[0])
+                nursery.start_soon(power_cuts.respond, client, state)
             for _ in range(state.rng.choice((2, 3, 4))):
-                await power_cuts._prompt(state.rng.choice(clients), state)
-                await power_cuts._wander(state.rng.choice(clients), state)
+                await power_cuts.prompt_sessions(state.rng.choice(clients), state)
+                await power_cuts.wander(state.rng.choice(clients), state)
                 faults.append(await _fault(state.rng, url, server_url, restarts, links))
             await _until_settled(state, url)
             for client in clients:  # both nodes answer again, and serve every event
@@ -238,7 +238,7 @@ def _restart_postgres(server_url: str, mode: str) -> None:
 
 async def _stop(proc: trio.Process) -> None:
     with trio.CancelScope(shield=True):
-        await power_cuts._stop(proc, "SIGTERM")
+        await power_cuts.stop_server(proc, "SIGTERM")
 
 
 async def _until_settled(state: PgRound, url: str) -> None:
@@ -269,10 +269,10 @@ async def _answers(client: CoordinatorClient) -> None:
 
 def _check(state: PgRound, url: str) -> tuple[list[str], list[str]]:
     with open_read_view(url) as read:
-        lost = power_cuts._missing(read, state.acks, power_cuts._starts(state.starts))
-        events = power_cuts._all_events(read)
+        lost = power_cuts.missing_acknowledged(read, state.acks, power_cuts.read_starts(state.starts))
+        events = power_cuts.all_events(read)
     violations = []
-    twice = Counter((s, turn, tag) for s, turn, tag in power_cuts._starts(state.starts))
+    twice = Counter((s, turn, tag) for s, turn, tag in power_cuts.read_starts(state.starts))
     # A call is told apart by its turn and its model's id: a resumed turn's step asks new ids.
     violations += [
         f"tool call {tag} of turn {turn} started {n} times" for (_, turn, tag), n in twice.items() if n > 1

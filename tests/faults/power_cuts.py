@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 import attrs
@@ -128,6 +128,17 @@ class RoundResult:
     seconds: float
 
 
+class Driven(Protocol):
+    """What the drivers (``prompt_sessions``, ``wander``, ``follow``, ``respond``) fill: a round of this
+    campaign, or of the PostgreSQL one (``pg_faults.py``, with no rig)."""
+
+    rng: random.Random
+    acks: Acknowledged
+    record: RunRecord
+    clashes: list[str]
+    rig: Rig | None
+
+
 @attrs.define
 class Round:
     """One round's folders, server command, record and findings."""
@@ -189,7 +200,7 @@ async def run_round(
         integrity_failures=state.integrity_failures,
         cuts_losing=state.cuts_losing,
         violations=tuple(dict.fromkeys([*violations, *state.clashes])),
-        starts=len(_starts(state.starts)),
+        starts=len(read_starts(state.starts)),
         seconds=time.perf_counter() - started,
     )
 
@@ -205,20 +216,20 @@ async def _live(state: Round, life: int, *, last: bool) -> None:
         proc, url = await _start(state, log)
         try:
             async with CoordinatorClient(url, TOKEN, timeout=5) as client, trio.open_nursery() as nursery:
-                nursery.start_soon(_follow, client, state, True)
-                nursery.start_soon(_follow, client, state, False)
-                nursery.start_soon(_respond, client, state)
+                nursery.start_soon(follow, client, state, True)
+                nursery.start_soon(follow, client, state, False)
+                nursery.start_soon(respond, client, state)
                 if last:
                     await _until_settled(state)
                 else:
-                    await _prompt(client, state)
-                    await _wander(client, state)
+                    await prompt_sessions(client, state)
+                    await wander(client, state)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 if not last:
                     _power_off(state.rig, proc.pid)
-                code = await _stop(proc, "SIGTERM" if last else "SIGKILL")
+                code = await stop_server(proc, "SIGTERM" if last else "SIGKILL")
     if last:
         if code != 0:
             state.record.violate(6, f"server {life} exited with {code} after SIGTERM")
@@ -292,7 +303,7 @@ def _power_off(rig: Rig, server: int) -> None:
             os.kill(seen.pid, signal.SIGKILL)
 
 
-async def _stop(proc: trio.Process, sent: str) -> int | None:
+async def stop_server(proc: trio.Process, sent: str) -> int | None:
     proc.send_signal(getattr(signal, sent))
     with trio.move_on_after(START_SECONDS):
         return await proc.wait()
@@ -300,7 +311,7 @@ async def _stop(proc: trio.Process, sent: str) -> int | None:
     return await proc.wait()
 
 
-async def _prompt(client: CoordinatorClient, state: Round) -> None:
+async def prompt_sessions(client: CoordinatorClient, state: Driven) -> None:
     """A new session or two, each prompted once or twice; every 2xx is an acknowledgement."""
     for _ in range(state.rng.choice((1, 2))):
         with _server_may_die():
@@ -313,7 +324,7 @@ async def _prompt(client: CoordinatorClient, state: Round) -> None:
                 state.record.turns[turn_id] = session.id
 
 
-async def _wander(client: CoordinatorClient, state: Round) -> None:
+async def wander(client: CoordinatorClient, state: Driven) -> None:
     """Let the server work a random while, sometimes interrupting a session on the way."""
     await trio.sleep(state.rng.uniform(0.05, 1.5))
     if state.record.sessions and state.rng.random() < 0.3:
@@ -333,14 +344,14 @@ async def _wander(client: CoordinatorClient, state: Round) -> None:
                 await trio.sleep(0.0002)
 
 
-async def _follow(client: CoordinatorClient, state: Round, deltas: bool) -> None:
+async def follow(client: CoordinatorClient, state: Driven, deltas: bool) -> None:
     """The whole event stream from seq 0, until cancelled: every event with a seq is acknowledged."""
     with _server_may_die():
         async for event in client.events(after=0, deltas=deltas):
             _received(state, event)
 
 
-def _received(state: Round, event: dict[str, Any]) -> None:
+def _received(state: Driven, event: dict[str, Any]) -> None:
     seq = event.get("seq")
     if not isinstance(seq, int):
         return  # a text delta: not stored, so not promised
@@ -349,7 +360,7 @@ def _received(state: Round, event: dict[str, Any]) -> None:
         state.clashes.append(f"seq {seq} named two events: {_brief(first)} and then {_brief(event)}")
 
 
-async def _respond(client: CoordinatorClient, state: Round) -> None:
+async def respond(client: CoordinatorClient, state: Driven) -> None:
     """Answer every pending permission (once) and form, polling, until cancelled."""
     while True:
         with _server_may_die():
@@ -409,7 +420,7 @@ def _check_acknowledged(state: Round, life: int | None) -> None:
     when = "at the end" if life is None else f"after cut {life + 1}"
     try:
         with open_read_view(str(state.db)) as read:
-            missing = _missing(read, state.acks, _starts(state.starts))
+            missing = missing_acknowledged(read, state.acks, read_starts(state.starts))
     except errors.StoreError as error:  # not even the schema survived
         when += f" (the database lost its tables: {error})"
         missing = _everything(state.acks)
@@ -422,7 +433,7 @@ def _check_acknowledged(state: Round, life: int | None) -> None:
         state.cuts_losing += 1
 
 
-def _missing(read: Any, acks: Acknowledged, starts: list[tuple[str, str, str]]) -> list[str]:
+def missing_acknowledged(read: Any, acks: Acknowledged, starts: list[tuple[str, str, str]]) -> list[str]:
     missing = [f"session {s}" for s in sorted(acks.sessions) if read.get_session(s) is None]
     missing += [f"turn {t}" for t in sorted(acks.turns) if read.get_turn(t) is None]
     for request_id in sorted(acks.replies):
@@ -437,7 +448,7 @@ def _missing(read: Any, acks: Acknowledged, starts: list[tuple[str, str, str]]) 
         turns = [read.get_turn(t) for t in read.turn_ids_of_session(session_id)]
         if not any(row is not None and _interrupted(row) for row in turns):
             missing.append(f"the interrupt of session {session_id}")
-    stored = _all_events(read)
+    stored = all_events(read)
     started = {(e.session_id, e.payload["call_id"]) for e in stored if e.type == ToolStarted.type}
     for session_id, turn_id, tag in starts:
         calls = [c for c in read.tool_calls_of_turn(turn_id) if c.model_call_id == tag]
@@ -468,7 +479,7 @@ def _interrupted(row: Any) -> bool:
     return False
 
 
-def _all_events(read: Any) -> list[Event]:
+def all_events(read: Any) -> list[Event]:
     events: list[Event] = []
     while page := read.events_after(events[-1].seq if events else 0, limit=500):
         events += page
@@ -488,7 +499,7 @@ def _missing_events(stored: dict[int | None, Event], received: dict[int, dict[st
     return missing
 
 
-def _starts(path: Path) -> list[tuple[str, str, str]]:
+def read_starts(path: Path) -> list[tuple[str, str, str]]:
     if not path.exists():
         return []
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
