@@ -110,7 +110,8 @@ class Registry:
     async def retake_store_failed(self) -> None:
         """Take over, as after a crash, the turn of each session whose actor stopped because the
         store refused a write, once the store writes again: the turn resumes (or settles the stop
-        decided before the failure) exactly as at the next start, without a restart.
+        decided before the failure, or is parked with ``resume = "manual"``) exactly as at the next
+        start, without a restart.
 
         Only a turn whose claim this instance still holds is retaken here; a takeover whose claim
         commit failed left the claim with its dead owner, and ``recover`` takes it. The probe is
@@ -128,11 +129,16 @@ class Registry:
             await self._runtime.store.write(lambda tx: tx.beat(me))
         except StoreError:
             return  # still failing: look again at the next tick
+        manual = self._runtime.config.server.resume == "manual"
         for turn in turns:
             self._store_failed.discard(turn.session_id)
             if turn.session_id in self._actors:
                 continue
-            self._takeovers[turn.id] = Takeover(previous_owner=me, after="crash")
+            takeover = Takeover(previous_owner=me, after="crash")
+            if manual and turn.status != TurnStatus.STOPPING:
+                await self._park(turn, takeover)  # as a start would park it: a person resumes it
+                continue
+            self._takeovers[turn.id] = takeover
             log.info(
                 "turn_recovered",
                 session_id=turn.session_id,

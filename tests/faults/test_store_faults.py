@@ -61,11 +61,13 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, rig: Rig, life: int = 0) -> AsyncIterator[Served]:
+async def serving(tmp_path: Path, rig: Rig, life: int = 0, server: str = "") -> AsyncIterator[Served]:
+    """A server on the rig; ``server``: more lines of its ``[server]`` table."""
     folder = tmp_path / "site"
     folder.mkdir(exist_ok=True)
     db = rig.mount / "db.sqlite"
-    (folder / "config.toml").write_text(CONFIG.format(db=db, token=TOKEN))
+    config = CONFIG.format(db=db, token=TOKEN).replace("[server]\n", f"[server]\n{server}", 1)
+    (folder / "config.toml").write_text(config)
     (folder / "script.json").write_text(json.dumps(SCRIPT))
     log_path = folder / f"server-{life}.log"
     with log_path.open("wb") as log:
@@ -140,6 +142,29 @@ async def test_refused_writes_answer_503_and_the_running_turn_resumes_once_they_
     assert len(served.logged("store_unavailable")) == 1  # one line for two refused requests
     assert [e["refused"] for e in served.logged("store_available")] == [2]
     assert [e["cause"] for e in served.logged("turn_recovered")] == ["store_failed"]
+
+
+async def test_with_manual_resume_the_turn_a_refused_write_stopped_is_parked_until_a_person_resumes_it(
+    tmp_path: Path, rig: Rig
+) -> None:
+    async with serving(tmp_path, rig, server='resume = "manual"\n') as served:
+        client = served.client
+        session = await client.create_session("working")
+        await client.prompt(session.id, "go")
+        await until(lambda: served.starts())
+        rig.fail(write="ENOSPC")
+        await until(lambda: served.logged("session_store_failed"))
+        rig.fail()
+        await until(lambda: served.logged("turn_parked"))
+        assert (await client.get_session(session.id)).status == "suspended"
+        assert "session.execution.resumed" not in await session_events(client, session.id)
+
+        await client.resume(session.id)
+        types = await settled(client, session.id)
+
+    assert types.count("session.execution.resumed") == 1
+    assert [t for t in types if t in TERMINAL] == ["session.execution.succeeded"]
+    assert len(served.starts()) == 1
 
 
 async def test_a_failed_sync_stops_the_server_and_the_next_start_recovers_what_the_disk_kept(
