@@ -73,8 +73,10 @@ class Tail:
         task_status.started()
         pause = 0.0
         while True:
-            with trio.move_on_after(pause or LOOK_SECONDS):
-                if not pause:
+            if pause:
+                await trio.sleep(pause)
+            else:
+                with trio.move_on_after(LOOK_SECONDS):
                     await self._wake.wait()
             self._wake = trio.Event()
             try:
