@@ -94,14 +94,7 @@ class Registry:
                 if turn.id not in found.parked:
                     await self._park(turn, takeover)
                 continue
-            self._takeovers[turn.id] = takeover
-            log.info(
-                "turn_recovered",
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                status=turn.status,
-                after=takeover.after,
-            )
+            self._take_over(turn, takeover)
             started.append(turn.session_id)
         for session_id in [*started, *found.queued]:
             self.ensure_running(session_id)
@@ -120,34 +113,40 @@ class Registry:
         if not self._store_failed:
             return
         me = self._runtime.instance_id
-        held = functools.partial(_turns_held_by, session_ids=sorted(self._store_failed), me=me)
+        looked = set(self._store_failed)  # an actor may stop on the store during the awaits below
+        held = functools.partial(_turns_held_by, session_ids=sorted(looked), me=me)
         turns = await self._runtime.store.read(held)
-        self._store_failed.intersection_update(turn.session_id for turn in turns)
+        retaken = {turn.session_id for turn in turns}
+        self._store_failed -= looked - retaken
         if not turns:
             return
         try:
             await self._runtime.store.write(lambda tx: tx.beat(me))
         except StoreError:
             return  # still failing: look again at the next tick
+        self._store_failed -= retaken
         manual = self._runtime.config.server.resume == "manual"
         for turn in turns:
-            self._store_failed.discard(turn.session_id)
             if turn.session_id in self._actors:
                 continue
             takeover = Takeover(previous_owner=me, after="crash")
             if manual and turn.status != TurnStatus.STOPPING:
                 await self._park(turn, takeover)  # as a start would park it: a person resumes it
                 continue
-            self._takeovers[turn.id] = takeover
-            log.info(
-                "turn_recovered",
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                status=turn.status,
-                after="crash",
-                cause="store_failed",
-            )
+            self._take_over(turn, takeover, cause="store_failed")
             self.ensure_running(turn.session_id)
+
+    def _take_over(self, turn: TurnRow, takeover: Takeover, **why: str) -> None:
+        """Leave ``takeover`` for the actor that runs ``turn`` next, and say so in the log."""
+        self._takeovers[turn.id] = takeover
+        log.info(
+            "turn_recovered",
+            session_id=turn.session_id,
+            turn_id=turn.id,
+            status=turn.status,
+            after=takeover.after,
+            **why,
+        )
 
     async def _park(self, turn: TurnRow, takeover: Takeover) -> None:
         """Leave ``turn`` suspended for a manual resume, in one transaction: a crashed turn's claim,
