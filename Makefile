@@ -48,7 +48,7 @@ lint: $(DEV_STAMP)
 	$(BIN)/mypy
 	@# The 100s (cancellation and cleanup) and 200s (blocking calls). Not adopted: ASYNC124 (ASGI
 	@# endpoints must be async), ASYNC127 (asks for httpx2; the stack is httpx), the 900s.
-	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener,_live \
+	$(BIN)/flake8-async --startable-in-context-manager=run,serve,serve_until,_run_http,run_server,serve_listener,_live,_sync_until_failure \
 		--enable=ASYNC1,ASYNC2 --disable=ASYNC124,ASYNC127 $$(git ls-files 'coordinator/*.py')
 
 fmt: $(DEV_STAMP)

@@ -91,6 +91,15 @@ class Coordinator:
         # durable (with synchronous=full, until it would survive a power loss). See store/_durability.py.
         await self._runtime.store.durable()
 
+    async def _durable_to_read(self) -> None:
+        # A read waits as an answer does. While the store is crashed (a sync failed and its log is not
+        # durable again yet) reads are answered anyway: they may show writes whose callers were told
+        # they may be kept or lost, which the store's recovery keeps (or the coordinator stops).
+        try:
+            await self._runtime.store.durable()
+        except errors.StoreNotDurable:
+            pass
+
     async def create_session(self, title: str = "", *, owner: str | None = None) -> Session:
         """Create an idle session and publish ``session.created``.
 
@@ -109,7 +118,7 @@ class Coordinator:
         return await self._runtime.store.read(lambda reader: reader.live_nodes(lease))
 
     async def list_sessions(self) -> list[Session]:
-        await self._durable()
+        await self._durable_to_read()
         return await self._runtime.store.read(lambda reader: reader.list_sessions())
 
     async def list_sessions_page(
@@ -120,7 +129,7 @@ class Coordinator:
 
         **Raises:** ``SessionNotFound`` when ``before`` names no session (the cursor is a real id).
         """
-        await self._durable()
+        await self._durable_to_read()
         page = await self._runtime.store.read(lambda reader: reader.session_page(limit + 1, before, owner))
         if page is None:
             raise errors.SessionNotFound(
@@ -130,12 +139,12 @@ class Coordinator:
 
     async def get_session(self, session_id: str) -> Session:
         """The session's status, claim and last outcome. **Raises:** ``SessionNotFound``."""
-        await self._durable()
+        await self._durable_to_read()
         return await self._session(session_id)
 
     async def history(self, session_id: str) -> list[Message]:
         """The session's messages with their parts. **Raises:** ``SessionNotFound``."""
-        await self._durable()
+        await self._durable_to_read()
         await self._check_session(session_id)
         return await self._runtime.store.read(lambda reader: reader.history(session_id))
 
@@ -193,7 +202,7 @@ class Coordinator:
 
     async def queued_turns(self, session_id: str) -> list[QueuedTurn]:
         """The session's queued turns, in the order they will run. **Raises:** ``SessionNotFound``."""
-        await self._durable()
+        await self._durable_to_read()
         await self._check_session(session_id)
         rows = await self._runtime.store.read(lambda reader: reader.queued_turns(session_id))
         return [QueuedTurn(turn_id=row.id, text=row.prompt, created_at=row.created_at) for row in rows]
@@ -287,7 +296,7 @@ class Coordinator:
 
     async def pending_permissions(self, session_id: str | None = None) -> list[PermissionRequest]:
         """Every pending request, or the session's and its sub-agents' (each with its own session_id)."""
-        await self._durable()
+        await self._durable_to_read()
         if session_id is None:
             return await self._runtime.store.read(lambda reader: reader.pending_permissions())
         await self._check_session(session_id)
@@ -330,7 +339,7 @@ class Coordinator:
         return replied
 
     async def pending_forms(self, session_id: str) -> list[Form]:
-        await self._durable()
+        await self._durable_to_read()
         await self._check_session(session_id)
         return await self._runtime.store.read(
             lambda reader: reader.pending_forms(session_ids=[session_id, *reader.descendants(session_id)])

@@ -313,6 +313,11 @@ class StoreError(CoordinatorError):
     """The store failed in a way its callers cannot fix."""
 
 
+class StoreNotDurable(StoreError):
+    """The disk failed to make committed writes durable (a failed sync): they may be kept or lost. The
+    store refuses writes until it has made its log durable again."""
+
+
 class StoreBusy(StoreError):
     """The database stayed locked by another writer for longer than the busy timeout."""
 

@@ -202,8 +202,10 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
         if event.type in TERMINALS and (ended := turn_of(event)) is not None:
             ends.setdefault(ended, []).append(event)
     phases = record.phases
-    if phases and any(e.stored_seq <= phases[0].view.last_seq for e in resumed):
-        found.append(Violation(3, "a turn was resumed by the first coordinator, before any restart"))
+    if phases:
+        first = Counter(turn_of(e) for e in resumed if e.stored_seq <= phases[0].view.last_seq)
+        if first != Counter(phases[0].retaken):  # only its own store's recoveries resume turns
+            found.append(Violation(3, "a turn was resumed by the first coordinator, before any restart"))
     for before, phase in itertools.pairwise(phases):
         counts = Counter(
             (turn_of(e), e.payload["after"])
@@ -216,6 +218,8 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
             expected = None if status is None else _RESUMED_AFTER.get(status)
             for after in ("shutdown", "crash"):
                 want, got = int(expected == after), counts[(turn_id, after)]
+                if after == "crash":
+                    want += phase.retaken.count(turn_id)
                 # A takeover whose resumption could not be committed (an injected store failure) fails;
                 # a crash or a shutdown may come before the resumption is committed, and the next
                 # restart resumes the turn (still running, or suspended again), or, when a stop was
@@ -230,7 +234,7 @@ def check_resumes(record: RunRecord, view: StoreView) -> list[Violation]:
                 stopped = any(
                     phase.first_seq < e.stored_seq <= phase.view.last_seq for e in ends.get(turn_id, [])
                 )
-                excused = got == 0 and (cut_short or failed or stopped)
+                excused = got == want - 1 and (cut_short or failed or stopped)
                 if got != want and not excused:
                     found.append(
                         Violation(

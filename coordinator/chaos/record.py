@@ -102,6 +102,9 @@ class PhaseRecord:
     shutdown: bool  # a shutdown was applied in this phase
     store_failed: bool  # an injected store failure fired in this phase
     view: StoreView
+    # Turns this phase's coordinator took over from itself once its store wrote again (the log's
+    # ``turn_recovered`` with ``cause: store_failed``): each resumes once more, after crash.
+    retaken: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

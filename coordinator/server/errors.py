@@ -23,6 +23,7 @@ from coordinator.errors import (
     MethodNotAllowed,
     RouteNotFound,
     StoreError,
+    StoreNotDurable,
     StoreUnavailable,
     Unauthorized,
 )
@@ -135,6 +136,11 @@ class StoreOutage:
             log.error("store_unavailable", kind=kind, method=scope["method"], path=scope["path"])
             self.logged[kind] = 0
         self.logged[kind] += 1
+        if isinstance(exc, StoreNotDurable):
+            return StoreUnavailable(
+                message=f"the database could not make this request's write durable ({exc}). Retry once "
+                "it writes again; read first if the request must not be made twice."
+            )
         return StoreUnavailable(
             message=f"the database refused the write ({exc}); nothing of this request was saved. "
             "Retry once it writes again."

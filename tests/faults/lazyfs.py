@@ -17,8 +17,9 @@ Metadata (create, rename, unlink) is durable at once: only file contents are at 
 for SQLite, which never renames and which syncs its files' contents.
 
 Faults can also be injected: a write that fails (``ENOSPC``, ``EIO``) writes nothing; a sync that
-fails leaves its file's pending writes pending (a later cut may drop them, as Linux may have dropped
-the pages of a failed writeback).
+fails *forgets* its file's pending writes, as Linux does with the pages of a failed writeback (it marks
+them clean): reads still see them, no later sync makes them durable, and a cut drops them whatever its
+mode. Only writing the bytes again puts them back on the way to the disk.
 
 Run as ``python -m tests.faults.lazyfs MOUNTPOINT CONTROL_SOCKET``; ``tests/faults/rig.py`` starts it
 and speaks its control protocol (one JSON object a line each way).
@@ -312,6 +313,7 @@ class LazyFS(pyfuse3.Operations):
     async def fsync(self, fh: int, datasync: bool) -> None:
         if self.sync_fault is not None:
             self.counts["failed_syncs"] += 1
+            self._node(fh).pending.clear()  # the kernel's pages are clean now: never written back
             raise pyfuse3.FUSEError(self.sync_fault)
         node = self._node(fh)
         for write in node.pending:

@@ -13,6 +13,11 @@ on what survived:
   and form answer a 2xx confirmed, every interrupt a 2xx accepted, every event a follower received (same
   seq, same content), every tool start the tools counted (its ``session.tool.started`` stored).
 
+In a quarter of the lives the disk also refuses every sync for a while (``EIO``; the rig forgets the
+writes of a failed sync, as Linux does): the server answers 503 meanwhile, writes its log again once
+the disk takes it, and goes on in the same process; sessions are created and prompted after that too,
+so that the cut tests what was acknowledged after the recovery.
+
 The server is restarted on it and driven again; one to three cuts a round, and a last life that runs
 until every turn has settled, after which the chaos campaign's invariants (``check_run``) are checked:
 exactly-once resume among them. No seq may ever name two different events, across every life.
@@ -93,6 +98,8 @@ SCRIPT = [
     },
     {"text": "done, after every tool"},
 ]
+SYNC_FAULT_SHARE = 0.25
+"""The share of lives (but the last) in which the disk refuses syncs for a while."""
 START_SECONDS = 30.0
 SETTLE_SECONDS = 60.0
 POLL_SECONDS = 0.05
@@ -125,6 +132,8 @@ class RoundResult:
     cuts_losing: int
     violations: tuple[str, ...]  # the chaos invariants, and seqs that named two events
     starts: int
+    sync_faults: int  # lives in which the disk refused syncs for a while
+    recoveries: int  # times a server made its log durable again and went on
     seconds: float
 
 
@@ -157,6 +166,8 @@ class Round:
     schema_lost: bool = False
     cuts_losing: int = 0  # cuts after which something acknowledged was missing
     cut_reports: list[str] = attrs.Factory(list)
+    sync_faults: int = 0
+    recoveries: int = 0
 
     @property
     def db(self) -> Path:
@@ -201,6 +212,8 @@ async def run_round(
         cuts_losing=state.cuts_losing,
         violations=tuple(dict.fromkeys([*violations, *state.clashes])),
         starts=len(read_starts(state.starts)),
+        sync_faults=state.sync_faults,
+        recoveries=state.recoveries,
         seconds=time.perf_counter() - started,
     )
 
@@ -223,12 +236,15 @@ async def _live(state: Round, life: int, *, last: bool) -> None:
                     await _until_settled(state)
                 else:
                     await prompt_sessions(client, state)
+                    if state.rng.random() < SYNC_FAULT_SHARE:
+                        await _refuse_syncs_a_while(client, state)
                     await wander(client, state)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 if not last:
                     _power_off(state.rig, proc.pid)
+                state.rig.fail()  # no process is left to sync: the disk takes syncs again
                 code = await stop_server(proc, "SIGTERM" if last else "SIGKILL")
     if last:
         if code != 0:
@@ -248,6 +264,12 @@ async def _live(state: Round, life: int, *, last: bool) -> None:
     entries = [json.loads(line) for line in lines if line.startswith("{")]
     state.record.reasonless += [e for e in entries if e.get("event") == "reasonless_cancel"]
     instance = next((e["instance_id"] for e in entries if e.get("event") == "coordinator_started"), "")
+    state.recoveries += sum(e.get("event") == "store_recovered" for e in entries)
+    retaken = tuple(
+        e["turn_id"]
+        for e in entries
+        if e.get("event") == "turn_recovered" and e.get("cause") == "store_failed"
+    )
     try:
         view = _read(state.db, lambda read: read_view(read, state.record.sessions, list(state.record.turns)))
     except errors.StoreError:
@@ -262,6 +284,7 @@ async def _live(state: Round, life: int, *, last: bool) -> None:
             shutdown=last,
             store_failed=False,
             view=view,
+            retaken=retaken,
         )
     )
 
@@ -309,6 +332,20 @@ async def stop_server(proc: trio.Process, sent: str) -> int | None:
         return await proc.wait()
     proc.kill()
     return await proc.wait()
+
+
+async def _refuse_syncs_a_while(client: CoordinatorClient, state: Round) -> None:
+    """The disk refuses every sync for a while, under load (503s meanwhile); then, most times, more
+    sessions once the server had time to recover, acknowledged after the failure."""
+    await trio.sleep(state.rng.uniform(0, 0.5))
+    state.sync_faults += 1
+    state.rig.fail(sync="EIO")
+    await prompt_sessions(client, state)
+    await trio.sleep(state.rng.uniform(0.1, 1.5))
+    state.rig.fail()
+    if state.rng.random() < 0.7:
+        await trio.sleep(state.rng.uniform(0.5, 2.5))
+        await prompt_sessions(client, state)
 
 
 async def prompt_sessions(client: CoordinatorClient, state: Driven) -> None:
@@ -536,6 +573,8 @@ class Totals:
     starts: int = 0
     dropped_log_writes: int = 0  # cuts that dropped some unsynced writes of the write-ahead log
     cuts_losing: int = 0
+    sync_faults: int = 0
+    recoveries: int = 0
 
     def add(self, result: RoundResult) -> None:
         self.rounds += 1
@@ -547,6 +586,8 @@ class Totals:
         self.cuts_losing += result.cuts_losing
         self.violations += len(result.violations)
         self.starts += result.starts
+        self.sync_faults += result.sync_faults
+        self.recoveries += result.recoveries
 
     def line(self, synchronous: str) -> str:
         return (
@@ -555,7 +596,8 @@ class Totals:
             f"acknowledged items {self.acknowledged}, acknowledged items lost {self.lost} "
             f"(by {self.cuts_losing} cuts), "
             f"integrity failures {self.integrity_failures}, invariant violations {self.violations}, "
-            f"tool starts {self.starts}"
+            f"tool starts {self.starts}, sync failures {self.sync_faults} "
+            f"(recovered in process {self.recoveries})"
         )
 
 

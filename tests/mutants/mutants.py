@@ -44,6 +44,7 @@ PERMISSIONS = "tests/coordinator/test_permissions.py::"
 STEERING = "tests/scenarios/test_steering.py::"
 SOFT_STOPS = "tests/scenarios/test_queue_and_soft_stop.py::"
 EDITED = "tests/scenarios/test_edited_approvals.py::"
+STORE_FAULTS = "tests/faults/test_store_faults.py::"
 POWER_CUTS = "tests/faults/test_power_cuts.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -409,5 +410,21 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         tests=(POWER_CUTS + "test_power_cuts_lose_nothing_acknowledged",),
+    ),
+    Mutant(
+        name="synced-again-without-rewriting",
+        origin="issue 39",
+        rule="after a failed sync the log is written again before a sync is trusted",
+        edits=(
+            Edit(
+                path="coordinator/store/sqlite/_log_rewrite.py",
+                old=("            os.pwrite(fd, data[offset : offset + CHUNK_BYTES], offset)",),
+                new=("            pass",),
+            ),
+        ),
+        tests=(
+            STORE_FAULTS
+            + "test_after_a_failed_sync_the_server_writes_again_and_what_it_acknowledges_survives_a_cut",
+        ),
     ),
 )

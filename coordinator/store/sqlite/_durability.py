@@ -29,6 +29,13 @@ The WAL is also checkpointed here (``wal_autocheckpoint`` is off on the main con
 connection of its own: SQLite would otherwise run a WAL checkpoint, with its two fsyncs, inside whichever
 commit crosses 1,000 pages, stalling the trio thread for tens of milliseconds.
 
+When a sync fails (or the sync process dies, or a WAL checkpoint fails), the store is *crashed*:
+waiters for durability get ``StoreNotDurable``, no write transaction begins, reads go on. Every second
+the task tries to make the log durable again by writing all of its bytes again and syncing them
+(``_log_rewrite.py`` says why a second sync alone proves nothing); once the disk takes that, every
+commit made so far is durable, its events are handed over, and writes are taken again, with a new sync
+process. The turns whose actors stopped on the refusals are retaken by the registry as after a crash.
+
 The WAL file's blocking calls, and the worker thread they run in, are in ``_wal.py``.
 """
 
@@ -46,6 +53,8 @@ import trio
 from coordinator import clock, errors, timeslice
 from coordinator.events import Event
 from coordinator.logs import get_logger
+from coordinator.store.sqlite._errors import mapped
+from coordinator.store.sqlite._log_rewrite import LogLost
 from coordinator.store.sqlite._sync_asks import AskedSync, AskWhenIdle
 from coordinator.store.sqlite._sync_process import SyncProcess
 from coordinator.store.sqlite._wal import (
@@ -64,6 +73,9 @@ SYNC_GRACE_SECONDS = 10.0
 """How long the last sync may take when the durability task is cancelled (a slow disk)."""
 
 THREAD_JOIN_SECONDS = 1.0
+
+RECOVER_SECONDS = 1.0
+"""How often a crashed store tries to make its log durable again (a full disk may take a while)."""
 
 UNANSWERED_SYNCS = 2
 """Syncs asked of the helper process and not answered yet, at most: one running and one that starts
@@ -101,7 +113,9 @@ class GroupDurability:
         self._durable_commits = 0
         self._undurable: deque[Sequence[Event]] = deque()  # events of commits not durable yet
         self._serving = False
-        self._failed: errors.StoreError | None = None
+        # What failed, while the store is crashed: a sync failed, nothing more is declared durable
+        # and no write begins until ``_recover`` made the log durable again.
+        self._failure: str | None = None
         self._wake = trio.Event()
         # While the helper process syncs (``serve``): the syncs asked of it, oldest first, and whether
         # a commit is waiting for the next one to be asked.
@@ -113,7 +127,8 @@ class GroupDurability:
         self._synced = trio.lowlevel.ParkingLot()
         self._cycles_started = 0
         self._cycles_done = 0
-        self._wal_pages = 0
+        self._wal_pages = 0  # frames in the WAL, reset when a WAL checkpoint is due
+        self._wal_frames = 0  # frames in the WAL as SQLite last reported them (a lower bound)
         self.sync_observer: Callable[[float], None] | None = None
         """Called with the seconds of each fsync of the WAL (the coordinator's metrics)."""
         # The WAL file and the way to run a blocking call, while ``serve`` runs.
@@ -139,7 +154,7 @@ class GroupDurability:
         if no other sync is out, rather than when the loop is next idle. A sync already out would
         make it queue anyway; it is then asked at idle with whatever commits follow."""
         self._commits += 1
-        if self._failed is not None:  # after a failed sync no commit is declared durable again
+        if self._failure is not None:  # a commit that was open when a sync failed: recovery covers it
             return
         if not self._serving:  # SQLite synced inside COMMIT (synchronous as configured)
             self._durable_commits = self._commits
@@ -157,8 +172,8 @@ class GroupDurability:
         await trio.lowlevel.checkpoint()
         target = self._commits
         while self._durable_commits < target:
-            if self._failed is not None:
-                raise self._failed
+            if self._failure is not None:
+                raise errors.StoreNotDurable(f"{self._failure}; the write may be kept or lost")
             await self._synced.park()
         await timeslice.give_way()  # a sync wakes every session that committed meanwhile
 
@@ -171,7 +186,17 @@ class GroupDurability:
         self._want_sync()
         self._ask_if_free()
         while self._cycles_done < wanted and self._serving:
+            if self._failure is not None:
+                raise errors.StoreNotDurable(self._failure)
             await self._synced.park()
+
+    def check_writable(self) -> None:
+        """Called before a write transaction begins. **Raises:** ``StoreError`` while the store is
+        crashed (a sync failed and the log is not durable again yet): nothing of the write is made."""
+        if self._failure is not None:
+            raise errors.StoreError(
+                f"the database refuses writes until its log is durable again ({self._failure})"
+            )
 
     def _want_sync(self) -> None:
         """A sync of every commit made so far is wanted: asked of the sync process when the loop is
@@ -194,51 +219,107 @@ class GroupDurability:
         if self._wanted and (timeout > 0 or time.perf_counter() - self._wanted_since >= ASK_WITHIN_SECONDS):
             self._ask_if_free()
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(  # noqa: ASYNC128 (_sync_until_failure calls started())
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Make commits durable until cancelled, then once more for the last commits.
 
         The fsync runs in the sync process (else in a worker thread), and a WAL checkpoint every
         ``WAL_CHECKPOINT_PAGES`` in the worker thread, so the trio thread goes on running actors
         meanwhile; under a virtual clock (``MockClock``) both run inline instead, since a thread or a
         process would let the clock jump ahead while the disk works.
+
+        When a sync fails, the store is crashed until ``_recover`` made the log durable again; then
+        it syncs as before, with a new sync process. **Raises:** ``LogLost`` when the log cannot be
+        made durable again in this process (the coordinator stops; the next start recovers).
         """
         wal = None if self._path == ":memory:" else WalFile(self._path, self._busy_timeout_ms)
-        virtual = clock.virtual()
-        thread = None if virtual else SyncThread()
+        thread = None if clock.virtual() else SyncThread()
         blocking: Blocking = run_inline if thread is None else thread.run
-        helper = None
+        with_helper = wal is not None and thread is not None and self._synchronous == "full"
         self._tools = (wal, blocking)
         self._attach()
         try:
-            if wal is not None and thread is not None and self._synchronous == "full":
-                helper = self._helper = await _start_helper(self._path)
-            task_status.started()
+            while True:
+                await self._sync_until_failure(wal, blocking, with_helper, task_status)
+                task_status = trio.TASK_STATUS_IGNORED
+                await self._recover(wal, blocking)
+        finally:
+            try:
+                self._tools = None
+                self._detach(wal)  # commits from now on are synced by SQLite inside COMMIT
+            finally:
+                if thread is not None:
+                    thread.stop(THREAD_JOIN_SECONDS)  # idle by now: every job was awaited
+
+    async def _sync_until_failure(
+        self, wal: WalFile | None, blocking: Blocking, with_helper: bool, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """Sync commits until a sync fails (then return: the store is crashed) or until cancelled
+        (then sync the last commits, within ``SYNC_GRACE_SECONDS``)."""
+        helper = self._helper = await _start_helper(self._path) if with_helper else None
+        task_status.started()
+        try:
             if helper is not None:
                 await self._serve_helper(helper, wal, blocking)
             while True:
                 await self._wake.wait()
                 await self._cycle(wal, blocking)
+        except errors.StoreError as exc:
+            self._fail(exc)
         finally:
             try:
-                if self._failed is None:  # after a failed fsync, no later one is trusted
+                if self._failure is None:  # after a failed fsync, no later one is trusted
                     with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
                         if helper is not None:
                             await self._answer_all(helper)
                         else:
                             await self._cycle(wal, blocking)
             finally:
-                try:
-                    self._tools = None
-                    self._helper = None  # commits from now on are synced by ``_detach``
-                    self._detach(wal)
-                finally:
-                    try:
-                        if helper is not None:
-                            with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
-                                await helper.close()
-                    finally:
-                        if thread is not None:
-                            thread.stop(THREAD_JOIN_SECONDS)  # idle by now: every job was awaited
+                self._helper = None
+                if helper is not None:
+                    with trio.move_on_after(SYNC_GRACE_SECONDS, shield=True):
+                        await helper.close()
+
+    def _fail(self, exc: errors.StoreError) -> None:
+        """A sync, or the WAL's own I/O, failed: the store is crashed. Nothing more is declared
+        durable until ``_recover``; the syncs asked and unanswered go back to the commits to cover."""
+        if self._failure is None:
+            log.error("store_sync_failed", error=str(exc))
+        self._failure = str(exc)
+        while self._asked:
+            self._undurable.extendleft(reversed(self._asked.pop().batches))
+        self._wanted = False
+        self._synced.unpark_all()
+
+    async def _recover(self, wal: WalFile | None, blocking: Blocking) -> None:
+        """Make the log durable again (``WalFile.rewrite``), tried every ``RECOVER_SECONDS`` until the
+        disk takes it; then every commit made so far is durable, its events are handed over, and
+        writes are taken again.
+
+        **Raises:** ``LogLost`` when the log does not read back whole.
+        """
+        tried: set[str] = set()
+        while True:
+            await trio.sleep(RECOVER_SECONDS)
+            try:
+                if wal is not None:
+                    await blocking(functools.partial(wal.rewrite, self._wal_frames))
+            except LogLost:
+                raise
+            except errors.StoreError as exc:
+                if str(exc) not in tried:  # one line per kind of failure, not one a second
+                    tried.add(str(exc))
+                    log.warning("store_recovery_failed", error=str(exc))
+                continue
+            break
+        failure, self._failure = self._failure, None
+        self._durable_commits = self._commits
+        self._cycles_done = self._cycles_started
+        while self._undurable:
+            self._hand_over(self._undurable.popleft())
+        self._synced.unpark_all()
+        log.warning("store_recovered", failure=failure)
 
     def _attach(self) -> None:
         self._db.execute("PRAGMA synchronous=NORMAL")  # the WAL is synced by the cycles
@@ -254,14 +335,15 @@ class GroupDurability:
             self._db.execute(f"PRAGMA synchronous={self._synchronous.upper()}")
             while self._asked:  # asked of the helper, never answered: synced below with the rest
                 self._undurable.extendleft(reversed(self._asked.pop().batches))
-            if self._durable_commits < self._commits and self._failed is None:  # the last cycle was cut short
+            # The last cycle was cut short: the rest is synced here, unless a sync failed.
+            if self._durable_commits < self._commits and self._failure is None:
                 if wal is not None and self._synchronous == "full":
                     sync_wal(wal)
                 self._durable_commits = self._commits
                 while self._undurable:
                     self._hand_over(self._undurable.popleft())
         except errors.StoreError as exc:
-            self._failed = exc  # nothing more is declared durable; waiters learn why
+            self._failure = str(exc)  # nothing more is declared durable; waiters learn why
             raise
         finally:
             self._synced.unpark_all()
@@ -269,7 +351,7 @@ class GroupDurability:
                 wal.close()
 
     def _count_wal_pages(self, db: apsw.Connection, name: str, pages: int) -> int:
-        self._wal_pages = pages
+        self._wal_pages = self._wal_frames = pages
         return apsw.SQLITE_OK
 
     async def _cycle(self, wal: WalFile | None, blocking: Blocking) -> None:
@@ -285,11 +367,9 @@ class GroupDurability:
                 await blocking(functools.partial(sync_wal, wal))
                 if self.sync_observer is not None:
                     self.sync_observer(time.perf_counter() - began)
-        except BaseException as exc:
-            self._undurable.extendleft(reversed(batches))  # not durable: the next cycle has them
-            if isinstance(exc, errors.StoreError):
-                self._failed = exc
-                self._synced.unpark_all()
+        except BaseException:
+            # Not durable: the next cycle, or the recovery, covers them.
+            self._undurable.extendleft(reversed(batches))
             raise
         self._durable_commits = max(self._durable_commits, target)
         self._cycles_done += 1
@@ -310,25 +390,35 @@ class GroupDurability:
         try:
             self._helper.request()
         except errors.StoreError as exc:
-            # Called by a commit: the commit stands, but nothing is declared durable from now on,
-            # and the serve task, reading the helper's end, fails the coordinator.
-            self._failed = exc
-            self._synced.unpark_all()
+            # Called by a commit: the commit stands, but the store is crashed from now on; the serve
+            # task, reading the helper's end, recovers it.
+            self._fail(exc)
 
     async def _serve_helper(self, helper: SyncProcess, wal: WalFile | None, blocking: Blocking) -> None:
         """Take the helper's answers as they come; checkpoint the WAL beside, in the thread; ask
         syncs nobody waits for when the loop is idle."""
         idle = AskWhenIdle(self.before_io_wait)
         trio.lowlevel.add_instrument(idle)
+        failures: list[errors.StoreError] = []
         try:
             async with trio.open_nursery() as nursery:
+
+                def failed(exc: errors.StoreError) -> None:
+                    failures.append(exc)
+                    nursery.cancel_scope.cancel()
+
                 if wal is not None:
-                    nursery.start_soon(self._wal_checkpoints, wal, blocking)
-                while True:
-                    await self._take_answers(helper)
+                    nursery.start_soon(self._wal_checkpoints, wal, blocking, failed)
+                try:
+                    while True:
+                        await self._take_answers(helper)
+                except errors.StoreError as exc:
+                    failed(exc)
         finally:
             with contextlib.suppress(KeyError):  # trio drops an instrument that raised
                 trio.lowlevel.remove_instrument(idle)
+        if failures:
+            raise failures[0]
 
     async def _answer_all(self, helper: SyncProcess) -> None:
         """Until every commit made so far is answered synced (a shutdown's last syncs)."""
@@ -342,8 +432,7 @@ class GroupDurability:
         try:
             answered = await helper.answers()
         except errors.StoreError as exc:
-            self._failed = exc
-            self._synced.unpark_all()
+            self._fail(exc)
             raise
         now = time.perf_counter()
         for _ in range(answered):
@@ -359,23 +448,35 @@ class GroupDurability:
             self._wal_pages = 0
             self._wal_checkpoint_due.set()
 
-    async def _wal_checkpoints(self, wal: WalFile, blocking: Blocking) -> None:
-        """Checkpoint the WAL when it grew past ``WAL_CHECKPOINT_PAGES``, beside the syncs."""
+    async def _wal_checkpoints(
+        self, wal: WalFile, blocking: Blocking, failed: Callable[[errors.StoreError], None]
+    ) -> None:
+        """Checkpoint the WAL when it grew past ``WAL_CHECKPOINT_PAGES``, beside the syncs; a
+        checkpoint that fails crashes the store as a failed sync does (it syncs the WAL first)."""
         while True:
             await self._wal_checkpoint_due.wait()
             self._wal_checkpoint_due = trio.Event()
-            await self._wal_checkpoint(wal, blocking)
+            try:
+                await self._wal_checkpoint(wal, blocking)
+            except errors.StoreError as exc:
+                failed(exc)
+                return
 
     async def _wal_checkpoint(self, wal: WalFile, blocking: Blocking) -> None:
         await blocking(wal.checkpoint)
         # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
         # the WAL from its start only once it is: copy the few frames left here, where no commit can
         # interleave (a fraction of the stall of a WAL checkpoint of all of them here).
-        with contextlib.suppress(apsw.BusyError, apsw.LockedError):
+        try:
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except (apsw.BusyError, apsw.LockedError):
+            pass
+        except apsw.Error as exc:
+            raise mapped(exc) from exc
         # The log is all copied now, so the next write starts it again from its start, and SQLite
         # syncs its new header inside that COMMIT: made here, the sync is not the next turn's.
         await blocking(wal.restart)
+        self._wal_frames = 0  # a new log, whose frames the next commit reports
 
 
 async def _start_helper(path: str) -> SyncProcess | None:

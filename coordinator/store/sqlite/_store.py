@@ -66,6 +66,7 @@ class _Transaction(contextlib.AbstractAsyncContextManager[SqlTransaction]):
         store = self._store
         if store._in_transaction:
             raise RuntimeError("a store transaction is already open: a transaction body awaited")
+        store._durability.check_writable()
         store._in_transaction = True
         self._began = time.perf_counter()
         try:

@@ -13,6 +13,7 @@ import outcome
 import trio
 
 from coordinator import errors
+from coordinator.store.sqlite._log_rewrite import rewrite_log
 
 Blocking = Callable[[Callable[[], None]], Awaitable[None]]
 """A way to run a blocking call: in the worker thread (``SyncThread.run``), or inline (``run_inline``)."""
@@ -91,6 +92,25 @@ class WalFile:
                 return  # nothing written yet: nothing to make durable
             _sync_folder(os.path.dirname(os.path.abspath(self._path)))
         os.fdatasync(self._fd)
+
+    def rewrite(self, frames_written: int) -> None:
+        """After a failed sync: write the whole log again and sync it (``_log_rewrite``), holding
+        SQLite's write lock so that no frame is appended meanwhile. The descriptor and the connection
+        are opened afresh: nothing about the ones that saw the failure is trusted.
+
+        **Raises:** ``LogLost`` when the log does not read back whole; ``StoreError`` when the disk
+        refuses or another writer holds the lock (try again later).
+        """
+        self.close()
+        db = self._checkpoint_connection()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            raise errors.StoreError(f"taking the write lock to rewrite the log failed: {exc}") from exc
+        try:
+            rewrite_log(self._path + "-wal", frames_written)
+        finally:
+            db.execute("ROLLBACK")
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error.

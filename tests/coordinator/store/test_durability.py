@@ -302,23 +302,76 @@ async def test_a_commit_nobody_waits_for_is_synced_within_a_millisecond_though_t
         assert gate.syncs == syncs_before + 1 and spins > 0
 
 
-async def test_a_failed_sync_stops_the_coordinator_and_acknowledges_nothing(
+async def until_writable(coord: Any) -> str:
+    """Create sessions until one is answered (the store recovered); its id."""
+    with trio.fail_after(15):
+        while True:
+            try:
+                return (await coord.create_session("after")).id
+            except errors.StoreError:
+                await trio.sleep(0.1)
+
+
+async def test_a_failed_sync_acknowledges_nothing_refuses_writes_and_recovers_once_the_disk_takes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A disk that refuses an fsync may have lost what it was given: nothing is declared durable."""
+    """A disk that refuses an fsync may have lost what it was given: the write waiting for it is not
+    acknowledged, no write is taken while the log is not durable again, reads are answered; once the
+    disk takes the log again, the store writes again, in the same process."""
     SyncGate(monkeypatch, "thread")  # the thread's sync is the one made to fail here
     config, _ = marking_config(tmp_path)
-    created: list[str] = []
+    original = _durability.WalFile.sync
+    rewrites: list[int] = []
+    rewrite = _durability.WalFile.rewrite
 
     def refuse(wal: _durability.WalFile) -> None:
         raise OSError(5, "Input/output error")
 
+    def counted_rewrite(wal: _durability.WalFile, frames: int) -> None:
+        rewrites.append(frames)
+        rewrite(wal, frames)
+
+    monkeypatch.setattr(_durability.WalFile, "rewrite", counted_rewrite)
+    async with open_coordinator(config, synchronous="full") as coord:
+        before = (await coord.create_session("before")).id
+        monkeypatch.setattr(_durability.WalFile, "sync", refuse)
+        with pytest.raises(errors.StoreNotDurable, match="syncing the write-ahead log failed"):
+            await coord.create_session("unknown")
+        with pytest.raises(errors.StoreError, match="refuses writes until its log is durable again"):
+            await coord.create_session("refused")
+        assert "before" in {s.title for s in await coord.list_sessions()}  # reads are answered
+        monkeypatch.setattr(_durability.WalFile, "sync", original)
+        after = await until_writable(coord)
+        titles = {s.id: s.title for s in await coord.list_sessions()}
+    assert titles[before] == "before" and titles[after] == "after"
+    # The write whose sync failed was made: the recovery made it durable with the rest.
+    assert sorted(titles.values()) == ["after", "before", "unknown"]
+    assert rewrites and rewrites[0] > 0
+
+
+async def test_a_log_that_reads_back_broken_after_a_failed_sync_stops_the_coordinator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that dropped the pages it failed to write: the log SQLite would recover from has a
+    hole, and writing after it would be lost with it at the next start. Nothing more is taken."""
+    SyncGate(monkeypatch, "thread")
+    config, _ = marking_config(tmp_path)
+
+    def refuse_and_drop(wal: _durability.WalFile) -> None:
+        with open(config.server.db + "-wal", "r+b") as log:  # the last frames read back as zeros
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(32, size - 4096))
+            log.write(bytes(size - log.tell()))
+        raise OSError(5, "Input/output error")
+
     with pytest.raises(BaseExceptionGroup) as raised:
         async with open_coordinator(config, synchronous="full") as coord:
-            monkeypatch.setattr(_durability.WalFile, "sync", refuse)
-            created.append((await coord.create_session()).id)
-    assert raised.group_contains(errors.StoreError, match="syncing the write-ahead log failed")
-    assert created == []
+            await coord.create_session("before")
+            monkeypatch.setattr(_durability.WalFile, "sync", refuse_and_drop)
+            with pytest.raises(errors.StoreNotDurable):
+                await coord.create_session("unknown")
+            await trio.sleep(30)
+    assert raised.group_contains(errors.StoreError, match="reads back with .* valid frames")
 
 
 @SYNCERS
@@ -440,18 +493,20 @@ async def test_under_a_virtual_clock_the_syncs_run_inline(
     assert threads and set(threads) == {threading.main_thread().name}
 
 
-async def test_a_dead_sync_process_stops_the_coordinator_and_acknowledges_nothing(tmp_path: Path) -> None:
-    """The helper killed (-9, as by the OOM killer): nothing more can be promised durable."""
+async def test_a_dead_sync_process_acknowledges_nothing_and_a_new_one_takes_over(tmp_path: Path) -> None:
+    """The helper killed (-9, as by the OOM killer): what it was asked is not known synced, so the
+    write waiting for it is not acknowledged; the log is made durable again and a new helper syncs."""
     config, _ = marking_config(tmp_path)
-    created: list[str] = []
-    with pytest.raises(BaseExceptionGroup) as raised:
-        async with open_coordinator(config, synchronous="full") as coord:
-            helper = coord.store._durability._helper
-            assert helper is not None
-            os.kill(helper.pid, signal.SIGKILL)
-            created.append((await coord.create_session()).id)
-    assert raised.group_contains(errors.StoreError, match="the sync process")
-    assert created == []
+    async with open_coordinator(config, synchronous="full") as coord:
+        helper = coord.store._durability._helper
+        assert helper is not None
+        os.kill(helper.pid, signal.SIGKILL)
+        with pytest.raises(errors.StoreNotDurable, match="the sync process"):
+            await coord.create_session("unknown")
+        await until_writable(coord)
+        again = coord.store._durability._helper
+        assert again is not None and again.pid != helper.pid
+        assert sorted(s.title for s in await coord.list_sessions()) == ["after", "unknown"]
 
 
 async def test_the_sync_process_answers_a_refused_fsync_with_the_error(tmp_path: Path) -> None:
