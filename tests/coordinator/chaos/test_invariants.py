@@ -111,6 +111,21 @@ def test_a_turn_resumed_twice_is_caught(clean: Run) -> None:
     assert any("resumed after shutdown 2 time(s), expected 1" in v.message for v in found)
 
 
+def test_a_resume_by_the_first_coordinator_is_caught_unless_its_own_store_recovery_retook_the_turn(
+    clean: Run,
+) -> None:
+    resumed = _first(clean.view, "session.execution.resumed")
+    events = [attrs.evolve(resumed, seq=1), *clean.view.events]  # within the first phase's seqs
+    found = check_resumes(clean.record, _with_events(clean.view, events))
+    assert any("resumed by the first coordinator" in v.message for v in found)
+
+    first, *rest = clean.record.phases
+    retaken = attrs.evolve(first, retaken=(resumed.payload["turn_id"],))
+    record = attrs.evolve(clean.record, phases=[retaken, *rest])
+    found = check_resumes(record, _with_events(clean.view, events))
+    assert not any("resumed by the first coordinator" in v.message for v in found)
+
+
 def test_a_request_left_pending_is_caught(clean: Run) -> None:
     """Invariant 4: no request is left pending, and each has exactly one settlement event."""
     replied = _first(clean.view, "permission.replied")
