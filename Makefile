@@ -69,8 +69,9 @@ mutants: $(DEV_STAMP)
 
 # The power-cut campaign (tests/faults/power_cuts.py, design/store.md): the real server under load on
 # SQLite FULL, on a FUSE filesystem that forgets what was not synced, killed and its power cut
-# FAULT_CUTS times; then the planted missing sync, which the short campaign must catch. Needs
-# Debian's fuse3 and libfuse3-dev. Not part of `make test` (its short version is).
+# FAULT_CUTS times, its syncs refused for a while in a quarter of its lives; then the disk-fault
+# scenarios and the two planted bugs they must catch (a missing sync, a recovery without a rewrite).
+# Needs Debian's fuse3 and libfuse3-dev. Not part of `make test` (its short version is).
 FAULT_CUTS ?= 500
 # Then PostgreSQL going away under two nodes: FAULT_PG_KILLS times every connection ended, links
 # stalled, and FAULT_PG_RESTARTS restarts of the whole server (pg_ctlcluster; nothing else may use

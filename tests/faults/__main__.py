@@ -1,5 +1,7 @@
-"""``make faults``: the power-cut campaign, the planted missing sync it must catch, then PostgreSQL going
-away under two nodes; each prints its rounds, and the run ends with one summary line of counts.
+"""``make faults``: the power-cut campaign (sync failures among its lives), the disk-fault scenarios
+(a full disk, I/O errors on write and on sync, under the real server), the planted bugs they must
+catch, then PostgreSQL going away under two nodes; each prints its progress, and the run ends with one
+summary line of counts.
 
 ``python -m tests.faults [--cuts 500] [--pg-kills 200] [--pg-restarts 50] [--seed 1]``; exits 1 when
 anything acknowledged was lost, an invariant failed, or the planted bug was not caught.
@@ -16,7 +18,8 @@ from tests.backends import server_url
 from tests.faults import pg_faults, power_cuts
 from tests.faults.rig import REPO
 
-MUTANT = "acknowledged-before-synced"
+MUTANTS = ("acknowledged-before-synced", "synced-again-without-rewriting")
+SCENARIOS = "tests/faults/test_store_faults.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # unmount the rig on the way out
 
     cuts = power_cuts.run_campaign(cuts=args.cuts, seed=args.seed, synchronous="full", out=sys.stdout)
-    planted = subprocess.run(
-        [sys.executable, "-m", "tests.mutants.run", "--only", MUTANT], cwd=REPO, check=False
+    scenarios = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", SCENARIOS], cwd=REPO, check=False
     )
+    only = [arg for name in MUTANTS for arg in ("--only", name)]
+    planted = subprocess.run([sys.executable, "-m", "tests.mutants.run", *only], cwd=REPO, check=False)
     pg = pg_faults.run_campaign(
         kills=args.pg_kills,
         restarts=args.pg_restarts,
@@ -42,13 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     caught = planted.returncode == 0
     print(
         f"power cuts {cuts.cuts}, acknowledged items lost {cuts.lost}, integrity failures "
-        f"{cuts.integrity_failures}, invariant violations {cuts.violations}; planted missing sync "
-        f"{'caught' if caught else 'NOT CAUGHT'}; postgresql restarts {pg.restarts}, connection kills "
+        f"{cuts.integrity_failures}, invariant violations {cuts.violations}, sync failures "
+        f"{cuts.sync_faults} (recovered in process {cuts.recoveries}); disk-fault scenarios "
+        f"{'passed' if scenarios.returncode == 0 else 'FAILED'}; planted bugs {len(MUTANTS)} "
+        f"{'caught' if caught else 'NOT ALL CAUGHT'}; postgresql restarts {pg.restarts}, connection kills "
         f"{pg.kills}, link stalls {pg.stalls}, acknowledged items lost {pg.lost}, double runs "
         f"{pg.double_runs}, other violations {pg.violations - pg.double_runs}"
     )
     failed = cuts.lost or cuts.integrity_failures or cuts.violations or pg.lost or pg.violations
-    return 1 if failed or not caught else 0
+    return 1 if failed or not caught or scenarios.returncode != 0 else 0
 
 
 if __name__ == "__main__":
