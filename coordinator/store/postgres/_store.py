@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import select
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -189,6 +190,17 @@ class PostgresStore:
         return tx.events, result  # the seqs came with the commit's answer
 
     def _read_in_thread(self, query: Callable[[Reader], T]) -> T:
+        try:
+            return self._read_once(query)
+        except errors.StoreError as exc:
+            if type(exc) is not errors.StoreError or not isinstance(exc.__cause__, psycopg.OperationalError):
+                raise  # not a lost connection (a lock wait given up, a statement timeout: busy)
+            # The connection died under the read (a server restart, ``pg_terminate_backend``): a read
+            # changes nothing, so it runs again on another connection, once.
+            log.info("store_read_retried", error=str(exc))
+            return self._read_once(query)
+
+    def _read_once(self, query: Callable[[Reader], T]) -> T:
         # Most reads run one statement, which needs no transaction of its own (one round trip, not
         # two: the statement, then its COMMIT). A read is first run so; the first time its code runs
         # a second statement, that is stopped and the read runs again in a snapshot, as it always
@@ -322,10 +334,31 @@ _LAST_USED: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.
 
 
 def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check of a connection before it lends it (``psycopg_pool``'s ``check``)."""
+    """The pool's check of a connection before it lends it (``psycopg_pool``'s ``check``): raises,
+    and the pool replaces the connection, when it is dead.
+
+    One used a moment ago is not asked; what the server sent it meanwhile is read, without waiting:
+    a server that ended it (a restart, ``pg_terminate_backend``) said so on its socket and closed it,
+    and libpq then knows it is dead. So such a connection costs no failed request, and one in use
+    when the server ended it is the only kind that does (its transaction may or may not have
+    committed: that request is answered 503, never retried).
+    """
     last = _LAST_USED.get(conn)
     if last is None or time.monotonic() - last > CHECK_AFTER_IDLE_SECONDS:
         psycopg_pool.ConnectionPool.check_connection(conn)
+        return
+    readable = select.poll()
+    readable.register(conn.pgconn.socket, select.POLLIN)
+    for _ in range(_GOODBYE_READS):
+        if not readable.poll(0):
+            break
+        conn.pgconn.consume_input()  # raises OperationalError once it reads the end of the stream
+    if conn.pgconn.status == psycopg.pq.ConnStatus.BAD:
+        raise psycopg.OperationalError("the server ended the connection")
+
+
+_GOODBYE_READS = 3
+"""Reads of what an idle connection received, at most: the server's last message, then the end."""
 
 
 def application_name(instance_id: str | None) -> str:

@@ -180,6 +180,63 @@ async def test_a_listener_whose_connection_dies_reconnects_and_loses_nothing(url
         await _until(lambda: handed == [1, 2, 3] and len(woken) > before, seconds=0.9)
 
 
+async def test_pooled_connections_ended_while_idle_are_replaced_without_a_failed_request(url: str) -> None:
+    """A server restart or ``pg_terminate_backend`` ends the pool's idle connections: the server's
+    goodbye is already on each socket, so the pool replaces them before lending one, however recently
+    they were used, and no request fails for it."""
+    with open_store(url, pool_size=2, instance_id="ins_ended") as store:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.serve)
+            for n in range(4):  # its connection used a moment ago
+                await store.write(lambda tx, n=n: tx.emit(draft(n)))
+            with psycopg.connect(url, autocommit=True) as conn:
+                ended = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'coordinator ins_ended' AND query NOT LIKE 'LISTEN%'"
+                ).fetchall()
+            assert ended
+            await trio.sleep(0.1)  # the goodbyes reach the sockets
+            for n in range(4, 8):
+                await store.write(lambda tx, n=n: tx.emit(draft(n)))
+            assert await store.read(lambda r: r.last_seq()) >= 8
+            nursery.cancel_scope.cancel()
+
+
+def _end_connections(url: str, application_name: str) -> int:
+    """``pg_terminate_backend`` on every connection so named, and wait until each is gone."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query NOT LIKE 'LISTEN%%'",
+                (application_name,),
+            )
+        ]
+        for pid in pids:
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+    return len(pids)
+
+
+async def test_a_read_whose_connection_dies_under_it_runs_again_on_another(url: str) -> None:
+    """A read changes nothing: when its connection dies while it runs, it runs again, once, and the
+    caller sees its answer, not the lost connection."""
+    with open_store(url, pool_size=2, instance_id="ins_reading") as store:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.serve)
+            await store.write(lambda tx: tx.emit(draft(1)))
+            runs: list[int] = []
+
+            def read(reader: Any) -> int:
+                runs.append(len(runs))
+                if len(runs) == 1:  # its connection ends before its statement reaches the server
+                    assert _end_connections(url, "coordinator ins_reading") >= 1
+                return int(reader.last_seq())
+
+            assert await store.read(read) == 1
+            assert len(runs) == 2
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_newer_schema_is_refused(url: str) -> None:
     """A database a newer coordinator wrote is not touched."""
     with psycopg.connect(url, autocommit=True) as conn:
