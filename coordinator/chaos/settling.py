@@ -203,7 +203,9 @@ def _before_their_step(
 
     A shutdown fails the step but keeps its calls that wait on a person, and a restart fails the step a
     dead coordinator left and restores those calls: they settle later, under the next coordinator. Only
-    calls started and settled by the coordinator that settles the step count.
+    calls started and settled by the coordinator that settles the step count. A coordinator that retook
+    a turn after its own store failed did what a restart does, in the same phase: the step it failed
+    does not count either.
     """
     steps = {
         e.payload["step_id"]: e
@@ -224,10 +226,17 @@ def _before_their_step(
             end.stored_seq > step.stored_seq
             and _same_coordinator(record, step.stored_seq, started)
             and _same_coordinator(record, step.stored_seq, end.stored_seq)
+            and not _failed_by_a_retake(record, step, call.turn_id)
         ):
             message = f"call {call.call_id} settled (seq {end.stored_seq}) after its step ({step.type}, seq {step.stored_seq})"
             found.append(Violation(5, message))
     return found
+
+
+def _failed_by_a_retake(record: RunRecord, step: Event, turn_id: str) -> bool:
+    """Whether ``step`` failed in a phase whose coordinator retook its turn after its store failed."""
+    phase = phase_of(record, step.stored_seq)
+    return step.type == "session.step.failed" and phase is not None and turn_id in phase.retaken
 
 
 def _same_coordinator(record: RunRecord, seq: int, other: int) -> bool:

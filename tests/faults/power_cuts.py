@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,6 +126,7 @@ class Acknowledged:
 @attrs.frozen(kw_only=True)
 class RoundResult:
     number: int
+    kept: Path | None  # where a failed round's logs and database were copied
     cuts: tuple[str, ...]  # what each cut did, file by file
     acknowledged: int
     lost: tuple[str, ...]
@@ -203,19 +205,34 @@ async def run_round(
     else:
         view = state.record.phases[-1].view
         violations = [str(v) for v in check_run(state.record, view, leftovers=await _orphans(rig))]
+    lost = tuple(f"{when}: {item}" for item, when in state.lost.items())
+    violations = list(dict.fromkeys([*violations, *state.clashes]))
+    kept = _keep(state) if lost or violations else None
     return RoundResult(
         number=number,
+        kept=kept,
         cuts=tuple(state.cut_reports),
         acknowledged=state.acks.count(),
-        lost=tuple(f"{when}: {item}" for item, when in state.lost.items()),
+        lost=lost,
         integrity_failures=state.integrity_failures,
         cuts_losing=state.cuts_losing,
-        violations=tuple(dict.fromkeys([*violations, *state.clashes])),
+        violations=tuple(violations),
         starts=len(read_starts(state.starts)),
         sync_faults=state.sync_faults,
         recoveries=state.recoveries,
         seconds=time.perf_counter() - started,
     )
+
+
+def _keep(state: Round) -> Path:
+    """Copy a failed round's server logs and what its last life left of the database out of the
+    scratch folder, for whoever reads the failure."""
+    kept = Path(tempfile.gettempdir()) / f"power-cut-failed-{state.seed}-{state.number}"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(state.folder, kept)
+    for path in state.db.parent.iterdir():
+        shutil.copy2(path, kept / path.name)
+    return kept
 
 
 async def _live(state: Round, life: int, *, last: bool) -> None:
@@ -637,6 +654,8 @@ def _print_round(result: RoundResult, seed: int, synchronous: str, out: Any) -> 
         out.write(f"  cut: {cut}\n")
     for item in [*result.lost[:10], *result.violations[:10]]:
         out.write(f"  {item}\n")
+    if result.kept is not None:
+        out.write(f"  kept: {result.kept} (its server logs and database)\n")
     if verdict != "ok":
         out.write(
             f"  replay: python -m tests.faults.power_cuts --seed {seed} --first-round {result.number} "
