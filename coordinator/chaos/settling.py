@@ -226,17 +226,26 @@ def _before_their_step(
             end.stored_seq > step.stored_seq
             and _same_coordinator(record, step.stored_seq, started)
             and _same_coordinator(record, step.stored_seq, end.stored_seq)
-            and not _failed_by_a_retake(record, step, call.turn_id)
+            and not _failed_by_a_retake(record, view, step, call.turn_id, started)
         ):
             message = f"call {call.call_id} settled (seq {end.stored_seq}) after its step ({step.type}, seq {step.stored_seq})"
             found.append(Violation(5, message))
     return found
 
 
-def _failed_by_a_retake(record: RunRecord, step: Event, turn_id: str) -> bool:
-    """Whether ``step`` failed in a phase whose coordinator retook its turn after its store failed."""
+def _failed_by_a_retake(record: RunRecord, view: StoreView, step: Event, turn_id: str, started: int) -> bool:
+    """Whether ``step`` failed in a phase whose coordinator retook its turn after its store failed,
+    the turn resuming between the call's start and the step's failure (the retake, which fails the
+    step it finds as a restart does)."""
     phase = phase_of(record, step.stored_seq)
-    return step.type == "session.step.failed" and phase is not None and turn_id in phase.retaken
+    if step.type != "session.step.failed" or phase is None or turn_id not in phase.retaken:
+        return False
+    return any(
+        e.type == "session.execution.resumed"
+        and turn_of(e) == turn_id
+        and started < e.stored_seq < step.stored_seq
+        for e in view.events
+    )
 
 
 def _same_coordinator(record: RunRecord, seq: int, other: int) -> bool:

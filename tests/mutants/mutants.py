@@ -418,8 +418,8 @@ MUTANTS: tuple[Mutant, ...] = (
         edits=(
             Edit(
                 path="coordinator/store/sqlite/_log_rewrite.py",
-                old=("            os.pwrite(fd, data[offset : offset + CHUNK_BYTES], offset)",),
-                new=("            pass",),
+                old=("        os.pwrite(fd, data[offset : offset + CHUNK_BYTES], offset)",),
+                new=("        pass",),
             ),
         ),
         tests=(

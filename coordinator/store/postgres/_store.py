@@ -193,8 +193,8 @@ class PostgresStore:
         try:
             return self._read_once(query)
         except errors.StoreError as exc:
-            if type(exc) is not errors.StoreError or not isinstance(exc.__cause__, psycopg.OperationalError):
-                raise  # not a lost connection (a lock wait given up, a statement timeout: busy)
+            if not _connection_lost(exc):
+                raise
             # The connection died under the read (a server restart, ``pg_terminate_backend``): a read
             # changes nothing, so it runs again on another connection, once.
             log.info("store_read_retried", error=str(exc))
@@ -232,6 +232,16 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _connection_lost(exc: errors.StoreError) -> bool:
+    """Whether ``exc`` is a lost connection: libpq's own error (no SQLSTATE), a connection
+    exception (class 08), or the server ending the session (57P01-57P05: shut down, restarted)."""
+    cause = exc.__cause__
+    if not isinstance(cause, psycopg.OperationalError):
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03", "57P05")
 
 
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -88,6 +88,10 @@ ASK_WITHIN_SECONDS = 0.001
 log = get_logger(__name__)
 
 
+class CheckpointFailed(errors.StoreError):
+    """A WAL checkpoint failed: what it copied into the database file may not be on the disk."""
+
+
 class GroupDurability:
     """Which commits of one connection are durable, who waits for that, and the task that syncs.
 
@@ -116,6 +120,7 @@ class GroupDurability:
         # What failed, while the store is crashed: a sync failed, nothing more is declared durable
         # and no write begins until ``_recover`` made the log durable again.
         self._failure: str | None = None
+        self._rewrite_database = False  # a WAL checkpoint failed: the recovery rewrites the database too
         self._wake = trio.Event()
         # While the helper process syncs (``serve``): the syncs asked of it, oldest first, and whether
         # a commit is waiting for the next one to be asked.
@@ -155,6 +160,8 @@ class GroupDurability:
         make it queue anyway; it is then asked at idle with whatever commits follow."""
         self._commits += 1
         if self._failure is not None:  # a commit that was open when a sync failed: recovery covers it
+            if events:
+                self._undurable.append(events)
             return
         if not self._serving:  # SQLite synced inside COMMIT (synchronous as configured)
             self._durable_commits = self._commits
@@ -200,7 +207,10 @@ class GroupDurability:
 
     def _want_sync(self) -> None:
         """A sync of every commit made so far is wanted: asked of the sync process when the loop is
-        idle (``AskWhenIdle``), or left to the thread's next cycle."""
+        idle (``AskWhenIdle``), or left to the thread's next cycle. None while the store is crashed:
+        the recovery covers every commit."""
+        if self._failure is not None:
+            return
         if self._helper is None:
             self._wake.set()
         elif not self._wanted:
@@ -258,6 +268,8 @@ class GroupDurability:
         """Sync commits until a sync fails (then return: the store is crashed) or until cancelled
         (then sync the last commits, within ``SYNC_GRACE_SECONDS``)."""
         helper = self._helper = await _start_helper(self._path) if with_helper else None
+        if self._durable_commits < self._commits:
+            self._want_sync()  # commits made while the helper started (after a recovery)
         task_status.started()
         try:
             if helper is not None:
@@ -287,6 +299,10 @@ class GroupDurability:
         if self._failure is None:
             log.error("store_sync_failed", error=str(exc))
         self._failure = str(exc)
+        # A WAL checkpoint copies pages into the database file and may count them copied before its
+        # sync of that file: after it failed, the copies may be lost, and SQLite will not copy them
+        # again, so the database file is written again too.
+        self._rewrite_database = self._rewrite_database or isinstance(exc, CheckpointFailed)
         while self._asked:
             self._undurable.extendleft(reversed(self._asked.pop().batches))
         self._wanted = False
@@ -304,7 +320,8 @@ class GroupDurability:
             await trio.sleep(RECOVER_SECONDS)
             try:
                 if wal is not None:
-                    await blocking(functools.partial(wal.rewrite, self._wal_frames))
+                    rewrite = functools.partial(wal.rewrite, self._wal_frames, self._rewrite_database)
+                    await blocking(rewrite)
             except LogLost:
                 raise
             except errors.StoreError as exc:
@@ -313,7 +330,10 @@ class GroupDurability:
                     log.warning("store_recovery_failed", error=str(exc))
                 continue
             break
+        while self._asked:  # none may be: ``_fail`` took them back, and nothing asks while crashed
+            self._undurable.extendleft(reversed(self._asked.pop().batches))
         failure, self._failure = self._failure, None
+        self._rewrite_database = False
         self._durable_commits = self._commits
         self._cycles_done = self._cycles_started
         while self._undurable:
@@ -434,6 +454,8 @@ class GroupDurability:
         except errors.StoreError as exc:
             self._fail(exc)
             raise
+        if self._failure is not None:  # crashed meanwhile (a request found the helper gone)
+            raise errors.StoreError(self._failure)
         now = time.perf_counter()
         for _ in range(answered):
             sync = self._asked.popleft()
@@ -463,6 +485,15 @@ class GroupDurability:
                 return
 
     async def _wal_checkpoint(self, wal: WalFile, blocking: Blocking) -> None:
+        """**Raises:** ``CheckpointFailed`` when the disk refuses."""
+        try:
+            await self._copy_log(wal, blocking)
+        except CheckpointFailed:
+            raise
+        except errors.StoreError as exc:
+            raise CheckpointFailed(str(exc)) from exc
+
+    async def _copy_log(self, wal: WalFile, blocking: Blocking) -> None:
         await blocking(wal.checkpoint)
         # The trio thread committed meanwhile, so the log is not all copied yet, and SQLite restarts
         # the WAL from its start only once it is: copy the few frames left here, where no commit can

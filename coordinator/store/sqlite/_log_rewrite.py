@@ -18,6 +18,7 @@ The frame format is SQLite's own (https://www.sqlite.org/fileformat.html#the_wri
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import sys
@@ -62,15 +63,34 @@ def rewrite_log(wal_path: str, frames_written: int) -> int:
                 f"the write-ahead log reads back with {valid} valid frames, not the {frames_written} "
                 "written: the disk dropped what it failed to sync"
             )
-        for offset in range(0, len(data), CHUNK_BYTES):
-            os.pwrite(fd, data[offset : offset + CHUNK_BYTES], offset)
-        os.fdatasync(fd)
+        _write_again(fd, data)
         _sync_folder(os.path.dirname(os.path.abspath(wal_path)))
     except OSError as exc:
         raise errors.StoreError(f"writing the write-ahead log again failed: {exc}") from exc
     finally:
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
     return valid
+
+
+def rewrite_file(path: str) -> None:
+    """Write every byte of the file at ``path`` again and ``fdatasync`` it (the database file, after
+    a WAL checkpoint whose sync failed). **Raises:** ``StoreError`` when the disk refuses."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            _write_again(fd, _read_all(fd))
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    except OSError as exc:
+        raise errors.StoreError(f"writing the database file again failed: {exc}") from exc
+
+
+def _write_again(fd: int, data: bytes) -> None:
+    for offset in range(0, len(data), CHUNK_BYTES):
+        os.pwrite(fd, data[offset : offset + CHUNK_BYTES], offset)
+    os.fdatasync(fd)
 
 
 def valid_frames(log: bytes) -> int:

@@ -3,6 +3,7 @@ one worker thread those calls run in, off the trio thread."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -13,7 +14,7 @@ import outcome
 import trio
 
 from coordinator import errors
-from coordinator.store.sqlite._log_rewrite import rewrite_log
+from coordinator.store.sqlite._log_rewrite import rewrite_file, rewrite_log
 
 Blocking = Callable[[Callable[[], None]], Awaitable[None]]
 """A way to run a blocking call: in the worker thread (``SyncThread.run``), or inline (``run_inline``)."""
@@ -93,10 +94,11 @@ class WalFile:
             _sync_folder(os.path.dirname(os.path.abspath(self._path)))
         os.fdatasync(self._fd)
 
-    def rewrite(self, frames_written: int) -> None:
-        """After a failed sync: write the whole log again and sync it (``_log_rewrite``), holding
-        SQLite's write lock so that no frame is appended meanwhile. The descriptor and the connection
-        are opened afresh: nothing about the ones that saw the failure is trusted.
+    def rewrite(self, frames_written: int, database_too: bool) -> None:
+        """After a failed sync: write the whole log again and sync it (``_log_rewrite``), and the
+        database file too when ``database_too`` (a WAL checkpoint failed), holding SQLite's write lock
+        so that nothing is appended or copied meanwhile. The descriptor and the connection are opened
+        afresh: nothing about the ones that saw the failure is trusted.
 
         **Raises:** ``LogLost`` when the log does not read back whole; ``StoreError`` when the disk
         refuses or another writer holds the lock (try again later).
@@ -109,8 +111,11 @@ class WalFile:
             raise errors.StoreError(f"taking the write lock to rewrite the log failed: {exc}") from exc
         try:
             rewrite_log(self._path + "-wal", frames_written)
+            if database_too:
+                rewrite_file(self._path)
         finally:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(apsw.Error):  # the next rewrite opens a new connection anyway
+                db.execute("ROLLBACK")
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database without blocking writers (``PASSIVE``); busy is no error.

@@ -321,15 +321,15 @@ async def test_a_failed_sync_acknowledges_nothing_refuses_writes_and_recovers_on
     SyncGate(monkeypatch, "thread")  # the thread's sync is the one made to fail here
     config, _ = marking_config(tmp_path)
     original = _durability.WalFile.sync
-    rewrites: list[int] = []
+    rewrites: list[tuple[int, bool]] = []
     rewrite = _durability.WalFile.rewrite
 
     def refuse(wal: _durability.WalFile) -> None:
         raise OSError(5, "Input/output error")
 
-    def counted_rewrite(wal: _durability.WalFile, frames: int) -> None:
-        rewrites.append(frames)
-        rewrite(wal, frames)
+    def counted_rewrite(wal: _durability.WalFile, frames: int, database_too: bool) -> None:
+        rewrites.append((frames, database_too))
+        rewrite(wal, frames, database_too)
 
     monkeypatch.setattr(_durability.WalFile, "rewrite", counted_rewrite)
     async with open_coordinator(config, synchronous="full") as coord:
@@ -346,7 +346,41 @@ async def test_a_failed_sync_acknowledges_nothing_refuses_writes_and_recovers_on
     assert titles[before] == "before" and titles[after] == "after"
     # The write whose sync failed was made: the recovery made it durable with the rest.
     assert sorted(titles.values()) == ["after", "before", "unknown"]
-    assert rewrites and rewrites[0] > 0
+    assert rewrites and rewrites[0][0] > 0 and not rewrites[0][1]
+
+
+async def test_after_a_failed_checkpoint_the_database_file_is_written_again_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A WAL checkpoint copies pages into the database file and may count them copied before it syncs
+    that file: when it fails, the store crashes as on a failed sync, and the recovery writes the
+    database file again beside the log, since SQLite would never copy those pages again."""
+    config, _ = marking_config(tmp_path)
+    monkeypatch.setattr(_durability, "WAL_CHECKPOINT_PAGES", 1)  # a checkpoint after every sync
+    rewrites: list[tuple[int, bool]] = []
+    rewrite, checkpoint = _durability.WalFile.rewrite, _durability.WalFile.checkpoint
+
+    def refuse(wal: _durability.WalFile) -> None:
+        raise errors.StoreError("checkpointing the write-ahead log failed: disk I/O error")
+
+    def counted_rewrite(wal: _durability.WalFile, frames: int, database_too: bool) -> None:
+        rewrites.append((frames, database_too))
+        rewrite(wal, frames, database_too)
+
+    monkeypatch.setattr(_durability.WalFile, "rewrite", counted_rewrite)
+    async with open_coordinator(config, synchronous="full") as coord:
+        monkeypatch.setattr(_durability.WalFile, "checkpoint", refuse)
+        await coord.create_session("synced, then its checkpoint fails")
+        with trio.fail_after(10):
+            while coord.store._durability._failure is None:
+                await trio.sleep(0.01)
+        with pytest.raises(errors.StoreError, match="refuses writes"):
+            await coord.create_session("refused")
+        monkeypatch.setattr(_durability.WalFile, "checkpoint", checkpoint)
+        await until_writable(coord)
+        titles = sorted(s.title for s in await coord.list_sessions())
+    assert titles == ["after", "synced, then its checkpoint fails"]
+    assert rewrites[0][1] is True
 
 
 async def test_a_log_that_reads_back_broken_after_a_failed_sync_stops_the_coordinator(
