@@ -64,7 +64,7 @@ def rewrite_log(wal_path: str, frames_written: int) -> int:
                 "written: the disk dropped what it failed to sync"
             )
         _write_again(fd, data)
-        _sync_folder(os.path.dirname(os.path.abspath(wal_path)))
+        sync_folder(os.path.dirname(os.path.abspath(wal_path)))
     except OSError as exc:
         raise errors.StoreError(f"writing the write-ahead log again failed: {exc}") from exc
     finally:
@@ -150,7 +150,8 @@ def _read_all(fd: int) -> bytes:
     return b"".join(parts)
 
 
-def _sync_folder(folder: str) -> None:
+def sync_folder(folder: str) -> None:
+    """``fsync`` a folder: the names in it (a file's creation) survive a power loss."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -14,7 +14,7 @@ import outcome
 import trio
 
 from coordinator import errors
-from coordinator.store.sqlite._log_rewrite import rewrite_file, rewrite_log
+from coordinator.store.sqlite._log_rewrite import rewrite_file, rewrite_log, sync_folder
 
 Blocking = Callable[[Callable[[], None]], Awaitable[None]]
 """A way to run a blocking call: in the worker thread (``SyncThread.run``), or inline (``run_inline``)."""
@@ -91,7 +91,7 @@ class WalFile:
                 self._fd = os.open(self._path + "-wal", os.O_RDONLY)
             except FileNotFoundError:
                 return  # nothing written yet: nothing to make durable
-            _sync_folder(os.path.dirname(os.path.abspath(self._path)))
+            sync_folder(os.path.dirname(os.path.abspath(self._path)))
         os.fdatasync(self._fd)
 
     def rewrite(self, frames_written: int, database_too: bool) -> None:
@@ -183,11 +183,3 @@ def incremental_vacuum(db: apsw.Connection, pages: int) -> int:
     for _ in db.execute(f"PRAGMA incremental_vacuum({int(pages)})"):
         pass  # a row a page: the statement works only while it is stepped
     return int(str(db.execute("PRAGMA freelist_count").fetchall()[0][0]))
-
-
-def _sync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -372,7 +372,7 @@ async def test_after_a_failed_checkpoint_the_database_file_is_written_again_too(
         monkeypatch.setattr(_durability.WalFile, "checkpoint", refuse)
         await coord.create_session("synced, then its checkpoint fails")
         with trio.fail_after(10):
-            while coord.store._durability._failure is None:
+            while coord.store._durability._failure is None:  # noqa: ASYNC110 (the store task sets it)
                 await trio.sleep(0.01)
         with pytest.raises(errors.StoreError, match="refuses writes"):
             await coord.create_session("refused")
