@@ -25,6 +25,7 @@ from coordinator.chaos.invariants import (
 )
 from coordinator.chaos.record import Intent, RunRecord, StoreView
 from coordinator.chaos.settling import chat_problems, check_calls, check_stop_order, check_waits
+from coordinator.chaos.timeline import turn_of
 from coordinator.chaos.world import World, make_world
 from coordinator.events import Event
 from coordinator.models.base import ChatMessage, ModelToolCall
@@ -124,6 +125,28 @@ def test_a_resume_by_the_first_coordinator_is_caught_unless_its_own_store_recove
     record = attrs.evolve(clean.record, phases=[retaken, *rest])
     found = check_resumes(record, _with_events(clean.view, events))
     assert not any("resumed by the first coordinator" in v.message for v in found)
+
+
+def test_a_call_settled_after_its_step_is_caught_unless_a_retake_failed_the_step(clean: Run) -> None:
+    # One coordinator for the whole run: the restart's failed step and the call it restored settling
+    # later now look like one coordinator settling a call after its step.
+    merged = attrs.evolve(clean.record.phases[-1], number=0, first_seq=0)
+    record = attrs.evolve(clean.record, phases=[merged])
+    late = [v for v in check_calls(record, clean.view) if "after its step (session.step.failed" in v.message]
+    assert len(late) == 1
+    call_id = late[0].message.split()[1]
+    started = next(
+        e for e in clean.view.events if e.type == "session.tool.started" and e.payload["call_id"] == call_id
+    )
+    failed_at = int(late[0].message.rsplit("seq ", 1)[1].rstrip(")"))
+    resumed = _first(clean.view, "session.execution.resumed")
+    assert started.stored_seq + 1 < failed_at
+    # As a retake orders it: the call starts, the turn resumes, the step fails, the call settles.
+    events = [attrs.evolve(e, seq=started.stored_seq + 1) if e is resumed else e for e in clean.view.events]
+    view = _with_events(clean.view, events)
+    assert any("after its step" in v.message for v in check_calls(record, view))
+    retaken = attrs.evolve(record, phases=[attrs.evolve(merged, retaken=(str(turn_of(resumed)),))])
+    assert not any("after its step" in v.message for v in check_calls(retaken, view))
 
 
 def test_a_request_left_pending_is_caught(clean: Run) -> None:
