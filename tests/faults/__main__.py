@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     caught = planted.returncode == 0
     print(
         f"power cuts {cuts.cuts}, acknowledged items lost {cuts.lost}, integrity failures "
-        f"{cuts.integrity_failures}, invariant violations {cuts.violations}, sync failures "
-        f"{cuts.sync_faults} (recovered in process {cuts.recoveries}); disk-fault scenarios "
+        f"{cuts.integrity_failures}, invariant violations {cuts.violations}, lives with syncs refused "
+        f"{cuts.sync_faults} (recoveries in process {cuts.recoveries}); disk-fault scenarios "
         f"{'passed' if scenarios.returncode == 0 else 'FAILED'}; planted bugs {len(MUTANTS)} "
         f"{'caught' if caught else 'NOT ALL CAUGHT'}; postgresql restarts {pg.restarts}, connection kills "
         f"{pg.kills}, link stalls {pg.stalls}, acknowledged items lost {pg.lost}, double runs "

@@ -613,8 +613,8 @@ class Totals:
             f"acknowledged items {self.acknowledged}, acknowledged items lost {self.lost} "
             f"(by {self.cuts_losing} cuts), "
             f"integrity failures {self.integrity_failures}, invariant violations {self.violations}, "
-            f"tool starts {self.starts}, sync failures {self.sync_faults} "
-            f"(recovered in process {self.recoveries})"
+            f"tool starts {self.starts}, lives with syncs refused {self.sync_faults} "
+            f"(recoveries in process {self.recoveries})"
         )
 
 
