@@ -24,4 +24,5 @@ def test_ended_connections_lose_nothing_and_run_no_tool_twice() -> None:
     assert totals.kills >= 4, report
     assert totals.acknowledged > 50, report
     assert (totals.lost, totals.double_runs, totals.violations) == (0, 0, 0), report
-    assert totals.refused > 0, report  # the kills hit requests, which were refused, not acknowledged
+    # A kill that hit a write in flight has it refused (503), never acknowledged; one that ended an
+    # idle connection costs no request at all, so a short run may refuse none.
