@@ -196,7 +196,7 @@ class Coordinator:
         accepted = await prompts.send(self._runtime, session_id, text, mode, expected_turn_id, principal)
         if accepted.stopped is not None:
             await self._registry.settle_decided_stop(session_id)  # a parked turn has no actor to stop
-        self._registry.ensure_running(session_id)
+        self._registry.ensure_running(session_id, queued=accepted.next_turn)
         await self._durable()
         return accepted
 
@@ -264,7 +264,10 @@ class Coordinator:
             raise errors.InvalidRequest(message=f"when must be now or after_step, not {when!r}")
         if queued not in ("keep", "cancel"):
             raise errors.InvalidRequest(message=f"queued must be keep or cancel, not {queued!r}")
-        await self._check_session(session_id)
+        # A scheduling point, as a read of the session was here: the chaos campaign's recorded runs
+        # replay by the order of checkpoints across sessions (design/chaos.md). The session is
+        # checked in the decision's transaction.
+        await trio.lowlevel.checkpoint()
         stopped = await decisions.interrupt(
             self._runtime,
             session_id,

@@ -154,36 +154,42 @@ async def interrupt(
         raise errors.InvalidRequest(message=f"interrupt 'by' must be api or embedder, not {by!r}")
     reason = Interrupt.by_person(by, soft=soft, principal=principal)  # type: ignore[arg-type]
 
-    def decide(tx: Transaction) -> tuple[TurnRow | None, StopReason | None, bool]:
+    running_here = runtime.live_turn_of(session_id)
+
+    def decide(tx: Transaction) -> tuple[str | None, StopReason | None, bool]:
         tx.hold_session(session_id)
+        existing_session(tx, session_id)
         # A parked turn (resume = "manual") is interruptible too: it then settles as interrupted.
-        turn = tx.interruptible_turn(session_id)
+        turn = tx.interruptible_turn_status(
+            session_id, None if running_here is None else running_here.turn_id
+        )
         if cancel_queued:
-            _cancel_every_queued(tx, session_id, turn)
+            _cancel_every_queued(tx, session_id, None if turn is None else turn[0])
         if turn is None:
             return None, None, False
-        live = runtime.turns.get(turn.id)
-        if soft and turn.status == TurnStatus.RUNNING:
+        turn_id, status = turn
+        live = runtime.turns.get(turn_id)
+        if soft and status == TurnStatus.RUNNING:
             # Recorded for the boundary, nothing cancelled now (a parked turn has no step to finish).
-            return turn, None, stops.admits(live) and tx.record_soft_stop(turn.id, reason)
-        return turn, stops.decide_in(tx, turn.id, reason, live=live), False
+            return turn_id, None, stops.admits(live) and tx.record_soft_stop(turn_id, reason)
+        return turn_id, stops.decide_in(tx, turn_id, reason, live=live), False
 
-    turn, stop, soft_recorded = await runtime.store.write(decide)
+    turn_id, stop, soft_recorded = await runtime.store.write(decide)
     if soft_recorded:
         log.info("soft_stop_recorded", session_id=session_id, by=by)
         return True
-    if turn is None or stop is None:
+    if turn_id is None or stop is None:
         return False
-    stops.apply(runtime, turn.id, stop)
-    log.info("interrupt_recorded", session_id=session_id, turn_id=turn.id, by=by, soft=soft)
+    stops.apply(runtime, turn_id, stop)
+    log.info("interrupt_recorded", session_id=session_id, turn_id=turn_id, by=by, soft=soft)
     return True
 
 
-def _cancel_every_queued(tx: Transaction, session_id: str, running: TurnRow | None) -> list[str]:
+def _cancel_every_queued(tx: Transaction, session_id: str, running: str | None) -> list[str]:
     """Inside an interrupt's transaction: cancel every queued turn of the session, and the steers
     still pending for its running turn (each queued, then cancelled, with its events)."""
     if running is not None:
-        steers.queue_pending(tx, running.id)
+        steers.queue_pending(tx, running)
     cancelled = []
     for turn in tx.queued_turns(session_id):
         if tx.cancel_queued_turn(turn.id):

@@ -14,6 +14,7 @@ settlement queues it if the boundary never comes. Never lost, never delivered tw
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
@@ -44,6 +45,8 @@ class Accepted:
     turn_id: str
     steer_id: str | None = None
     stopped: tuple[str, StopReason] | None = None
+    # The session's next turn as this prompt's transaction left it: what an actor it starts runs first.
+    next_turn: TurnRow | None = None
 
 
 async def send(
@@ -65,7 +68,7 @@ async def send(
         raise errors.InvalidRequest(message="expected_turn_id must be a string")
     accept = {"queue": _queue, "steer": _steer, "interrupt": _interrupting}[mode]
 
-    def body(tx: Transaction) -> Accepted:
+    def body(tx: Transaction) -> tuple[Accepted, Callable[[], TurnRow | None]]:
         refuse_if_closing(runtime)
         tx.hold_session(session_id)
         # Checked in the transaction: a delete committed since the caller looked wins, and a delete
@@ -74,9 +77,10 @@ async def send(
         checked = prompt_text(text)  # after the session: an unknown session is the first thing wrong
         if expected_turn_id is not None:
             _check_expected(tx, session_id, expected_turn_id)
-        return accept(runtime, tx, session_id, checked, principal)
+        return accept(runtime, tx, session_id, checked, principal), tx.next_turn_later(session_id)
 
-    accepted = await runtime.store.write(body)
+    accepted, next_turn = await runtime.store.write(body)
+    accepted = attrs.evolve(accepted, next_turn=next_turn())
     if accepted.stopped is not None:
         stops.apply(runtime, *accepted.stopped)
     if mode != "queue":

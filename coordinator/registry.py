@@ -41,13 +41,15 @@ class Registry:
     def get(self, session_id: str) -> SessionHandle | None:
         return self._actors.get(session_id)
 
-    def ensure_running(self, session_id: str) -> None:
+    def ensure_running(self, session_id: str, *, queued: TurnRow | None = None) -> None:
         """Start the session's actor unless it runs; it picks up every unfinished or queued turn.
 
         Synchronous, so a prompt committed just before is never missed: the actor reads the store
         when it looks for its next turn, and leaves the registry in the same step as it finds none.
         A running actor is nudged instead: its look may have read a snapshot taken before the
-        commit (on PostgreSQL), and a look that saw a nudge meanwhile looks again.
+        commit (on PostgreSQL), and a look that saw a nudge meanwhile looks again. ``queued``: the
+        session's next turn as the transaction that just committed read it, which a new actor takes
+        as its first look.
         """
         if self.closed:
             return
@@ -55,7 +57,7 @@ class Registry:
         if running is not None:
             running.nudges += 1
             return
-        handle = SessionHandle(session_id=session_id)
+        handle = SessionHandle(session_id=session_id, queued=queued)
         self._actors[session_id] = handle
         self._nursery.start_soon(functools.partial(self._run, handle), name=f"session {session_id}")
 

@@ -157,7 +157,11 @@ class Runtime:
 
     def runs_a_turn_of(self, session_id: str) -> bool:
         """Whether a turn of ``session_id`` runs in this process now (a sub-agent's included)."""
-        return any(turn.session_id == session_id for turn in self.turns.values())
+        return self.live_turn_of(session_id) is not None
+
+    def live_turn_of(self, session_id: str) -> TurnScope | None:
+        """The turn of ``session_id`` that runs in this process now, if any."""
+        return next((turn for turn in self.turns.values() if turn.session_id == session_id), None)
 
     def __repr__(self) -> str:
         return f"Runtime(instance_id={self.instance_id!r}, turns={len(self.turns)}, closing={self.closing})"
@@ -178,6 +182,11 @@ class Turn:
     def fence(self) -> Fence:
         """This turn's claim as every one of its writes must find it held."""
         return (self.session_id, self.owner, self.epoch)
+
+
+CLAIM_CONFIRMED_SECONDS = 0.25
+"""How recent a turn's last fenced commit must be for its claim to count as checked: a few round
+trips' time, far below any lease (a takeover needs the owner's heartbeat a whole lease old)."""
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -206,6 +215,8 @@ class TurnScope:
     # stream ends.
     background: trio.Nursery | None = attrs.field(default=None, repr=False)
     settling: bool = False
+    # The session's next turn as the turn's committed settlement read it: the session actor's look.
+    next_turn: Callable[[], TurnRow | None] | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def of_claimed(cls, runtime: Runtime, session_id: str, turn_id: str, epoch: int) -> TurnScope:
@@ -252,8 +263,15 @@ class TurnScope:
     async def check_claim(self) -> None:
         """Raise ``Fenced`` unless this instance still holds the claim at this turn's epoch.
 
-        A read, for an effect outside the store (a tool's start) that no fenced write precedes.
+        For an effect outside the store (a tool's start): a read, unless a fenced write of this turn
+        begun within ``CLAIM_CONFIRMED_SECONDS`` (a tenth of the lease at most) committed (it found the claim held, and a takeover
+        needs this instance's heartbeat a lease old). A process frozen since then, however long,
+        finds that time passed and reads.
         """
+        fresh = min(CLAIM_CONFIRMED_SECONDS, self.runtime.config.server.lease / 10)
+        if trio.current_time() - self.journal.confirmed_at <= fresh:
+            await trio.lowlevel.checkpoint()  # a scheduling point all the same, as the read is
+            return
         session_id, owner, epoch = self.fence
         await self.runtime.store.read(lambda reader: reader.fence(session_id, owner, epoch))
 

@@ -31,10 +31,12 @@ cleanups had left, and an answer the model streamed is never lost with a failed 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
 import attrs
+import trio
 
 from coordinator import timeslice
 from coordinator.actors.handle import ActorHandle
@@ -57,6 +59,9 @@ class Journal:
     handle: ActorHandle
     _carried: list[Body] = attrs.Factory(list)
     _deferred: list[Body] = attrs.Factory(list)
+    # When (``trio.current_time()``) the last fenced write that committed was begun: the claim was
+    # held then, at least.
+    confirmed_at: float = -math.inf
 
     def __repr__(self) -> str:
         return f"Journal(carried={len(self._carried)}, deferred={len(self._deferred)})"
@@ -71,8 +76,11 @@ class Journal:
 
         **Raises:** ``Fenced`` when another instance took the claim over; ``StoreError``.
         """
+        began = trio.current_time()
         if not self._carried:
-            return await self.store.write(body, fence=self.fence)
+            result = await self.store.write(body, fence=self.fence)
+            self.confirmed_at = began
+            return result
         carried = list(self._carried)
 
         def with_carried(tx: Transaction) -> T:
@@ -81,6 +89,7 @@ class Journal:
             return body(tx)
 
         result = await self.store.write(with_carried, fence=self.fence)
+        self.confirmed_at = began
         self._carried = [c for c in self._carried if c not in carried]
         return result
 

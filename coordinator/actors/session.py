@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import attrs
 import structlog
@@ -53,6 +54,9 @@ class SessionHandle:
     # The actor's look for its next turn may read a snapshot taken before such a commit (on
     # PostgreSQL the read runs in a thread), so it looks again when this moved during the look.
     nudges: int = 0
+    # The session's next turn as the transaction that queued it read it (a prompt's): the actor that
+    # prompt starts runs it without a look of its own.
+    queued: TurnRow | None = None
     # The actor stopped because the store refused a write: its turn is left as after a crash.
     store_failed: bool = False
     done: trio.Event = attrs.Factory(trio.Event)
@@ -73,15 +77,33 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
     """
     with handle.scope, structlog.contextvars.bound_contextvars(session_id=handle.session_id):
         try:
+            # What a look for the next turn would find, known without one: the prompt's that started
+            # this actor, then each settlement's (read in its transaction). None: look.
+            known: Callable[[], TurnRow | None] | None = None
+            if handle.queued is not None:
+                known = functools.partial(lambda turn: turn, handle.queued)
+            nudges = handle.nudges
             while not handle.shutting_down:
-                nudges = handle.nudges
-                turn = await runtime.store.read(lambda reader: reader.next_turn(handle.session_id))
+                looked = known is None
+                if known is None:
+                    nudges = handle.nudges
+                    turn = await runtime.store.read(lambda reader: reader.next_turn(handle.session_id))
+                else:
+                    # A scheduling point, as the look's read is: the chaos campaign's recorded runs
+                    # replay by the order of checkpoints across sessions (design/chaos.md).
+                    await trio.lowlevel.checkpoint()
+                    turn, known = known(), None
                 if turn is None:
                     if handle.nudges != nudges:
-                        continue  # a turn queued during the look: the read may have missed it
+                        continue  # a turn queued since the look's snapshot: the read may have missed it
                     return  # leaves the registry in this same step: a later turn starts a new actor
-                if not await _run_turn(runtime, handle, turn, takeovers.pop(turn.id, None)):
-                    return
+                nudges = handle.nudges  # before the settlement's look
+                ran = await _run_turn(runtime, handle, turn, takeovers.pop(turn.id, None))
+                if ran is None:
+                    if looked:
+                        return
+                    continue  # the turn known without a look moved on meanwhile: look
+                known = ran.next_turn
         except Fenced as exc:
             log.warning("claim_lost", error=str(exc))
         except StoreError as exc:
@@ -93,13 +115,21 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
             handle.done.set()
 
 
+@attrs.frozen
+class _Ran:
+    """A turn run to its settlement, and the session's next turn as that settlement read it (None:
+    unknown, the settlement was not committed)."""
+
+    next_turn: Callable[[], TurnRow | None] | None
+
+
 async def _run_turn(
     runtime: Runtime, handle: SessionHandle, turn: TurnRow, takeover: Takeover | None
-) -> bool:
-    """Run one turn to its settlement. False when the session must not go on (claim elsewhere)."""
+) -> _Ran | None:
+    """Run one turn to its settlement. None when the session must not go on (claim elsewhere)."""
     begun = await _begin(runtime, turn, takeover)
     if begun is None:
-        return False
+        return None
     scope, turn = begun
     handle.turn = scope
     if handle.shutting_down:
@@ -108,7 +138,7 @@ async def _run_turn(
         await run_turn(runtime, scope, turn, takeover)
     finally:
         handle.turn = None
-    return True
+    return _Ran(next_turn=scope.next_turn)
 
 
 async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:
@@ -163,12 +193,12 @@ async def _begin(
     if begun is None:
         return None
     turn, epoch = begun
-    return TurnScope.of_claimed(runtime, turn.session_id, turn.id, epoch), turn
+    return TurnScope.of_claimed(runtime, turn.session_id, turn.id, epoch()), turn
 
 
 def _claim(
     instance_id: str, read: TurnRow, takeover: Takeover | None, tx: Transaction
-) -> tuple[TurnRow, int] | None:
+) -> tuple[TurnRow, Callable[[], int]] | None:
     """The claim's transaction: the turn as it reads now, and the claim's new epoch; None when the
     turn moved on, is parked, or its claim is held elsewhere.
 
@@ -178,7 +208,7 @@ def _claim(
     """
     turn_id = read.id
     tx.hold_session(read.session_id)
-    current = tx.get_turn(turn_id)
+    current = tx.queued_turn(read) if takeover is None else tx.get_turn(turn_id)
     if current is None or current.status not in _STARTABLE[takeover is not None]:
         log.info("turn_moved_on", turn_id=turn_id, status=None if current is None else current.status)
         return None
@@ -189,8 +219,8 @@ def _claim(
         return None
     since = now_rfc3339()
     previous = None if takeover is None else takeover.previous_owner
-    epoch = tx.acquire_claim(current.session_id, instance_id, since, takeover_from=previous)
-    if epoch == 0:
+    epoch = tx.acquire_claim_later(current.session_id, instance_id, since, takeover_from=previous)
+    if epoch is None:
         log.info("claim_held_elsewhere", turn_id=turn_id)
         return None
     if takeover is None:
@@ -334,17 +364,18 @@ async def _settle(scope: TurnScope, reason: StopReason | None) -> StopReason | N
     }
     tools = scope.tools
 
-    def settle(tx: Transaction) -> StopReason | None:
+    def settle(tx: Transaction) -> tuple[StopReason | None, Callable[[], TurnRow | None]]:
         settled_as = stops.settle_reason(tx, scope.turn_id, reason)
         if settled_as is None:
             tx.emit(events.execution_succeeded(scope.session_id, scope.turn_id))
             _finish(tx, scope, "succeeded")
-            return None
-        settlement.sweep(tx, scope.session_id, scope.turn_id, settled_as, texts, tools=tools)
-        settlement.end_turn(tx, scope.session_id, scope.turn_id, settled_as)
-        return settled_as
+        else:
+            settlement.sweep(tx, scope.session_id, scope.turn_id, settled_as, texts, tools=tools)
+            settlement.end_turn(tx, scope.session_id, scope.turn_id, settled_as)
+        # The session actor's look for its next turn, read here rather than in a read of its own.
+        return settled_as, tx.next_turn_later(scope.session_id)
 
-    settled = await scope.journal.settle_turn(settle)
+    settled, scope.next_turn = await scope.journal.settle_turn(settle)
     if settled is None:
         log.info("turn_succeeded")
     else:

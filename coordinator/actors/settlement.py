@@ -103,10 +103,9 @@ def kept_for_restore(read: Reader, call: ToolCallRow, reason: StopReason) -> boo
 
 def revoke_waits_of_call(tx: Transaction, session_id: str, call_id: str, reason: StopReason) -> None:
     """Revoke the call's pending permission request and form, each with one event."""
-    request = tx.permission_of_call(session_id, call_id, pending=True)
+    request, form = tx.pending_waits_of_call(session_id, call_id)
     if request is not None:
         revocation.revoke_permission(tx, request, reason)
-    form = tx.form_of_call(session_id, call_id, pending=True)
     if form is not None:
         revocation.revoke_form(tx, form, reason)
 
@@ -283,7 +282,7 @@ def fail_step(
     A step settles once: one settled already is left as it is (a step that had carried its success,
     ``Journal.step_succeeded``, when a stop reached it: the carried body is written first).
     """
-    if step_id in tx.running_steps(turn_id):
+    if tx.step_running(turn_id, step_id):
         _fail_running_step(tx, session_id, turn_id, step_id, reason, partial_text, keep=keep, tools=tools)
 
 
@@ -299,7 +298,7 @@ def _fail_running_step(
     tools: Mapping[str, Tool],
 ) -> None:
     """``fail_step`` of a step known to be running."""
-    calls = [c for c in tx.running_calls_of_turn(turn_id) if c.step_id == step_id]
+    calls = tx.running_calls_of_step(turn_id, step_id)
     kept = keep or _kept_for(tx, reason)
     fail_calls(tx, [c for c in calls if not kept(c)], reason, tools=tools)
     keep_partial_text(tx, session_id, turn_id, partial_text, reason)

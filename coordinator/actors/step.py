@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -56,7 +57,7 @@ async def run(turn: TurnScope) -> bool:
 async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSpan) -> bool:
     after_ord = turn.runtime.conversations.kept_until(turn.session_id, turn.epoch)
 
-    def begin(tx: Transaction) -> tuple[int, Emitted, History] | StopReason:
+    def begin(tx: Transaction) -> tuple[Callable[[], int], Emitted, Callable[[], History]] | StopReason:
         # The step boundary: a soft stop takes effect here, and steers are delivered here, so that
         # the request below carries them (coordinator/actors/steers.py).
         boundary = tx.boundary(turn.turn_id)
@@ -69,8 +70,9 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         index = tx.insert_step(step_id, turn.session_id, turn.turn_id, now_rfc3339())
         started = tx.emit(events.step_started(turn.session_id, turn.turn_id, step_id))
         # What the model is sent, read here: a read of its own would cost a read transaction of its
-        # own, as much again as the statements.
-        return index, started, History(after_ord, *tx.history_after(turn.session_id, after_ord))
+        # own, as much again as the statements. Learned with the commit, like the index.
+        stored = tx.history_after_later(turn.session_id, after_ord)
+        return index, started, lambda: History(after_ord, *stored())
 
     begun = await turn.journal.write(begin)
     if not isinstance(begun, tuple):
@@ -78,7 +80,7 @@ async def _run(turn: TurnScope, step_id: str, handle: ActorHandle, span: ActorSp
         stops.apply(turn.runtime, turn.turn_id, begun)
         await timeslice.checkpoint()
         raise AssertionError("a stopped turn did not cancel its step")
-    index, started, history = begun
+    index, started, history = begun[0](), begun[1], begun[2]()
     text = StepText(turn=turn, step_id=step_id, started_seq=started.event.stored_seq)
     turn.runtime.step_texts[step_id] = text
     with handle.scope, stops.failing_on_error(turn, f"step {step_id}"):
@@ -237,14 +239,14 @@ async def _record_reply(
     """Store the assistant message with its tool calls, and publish each call's start, at once.
     Returns the calls, and the session's rules that decide whether each may run, read there."""
 
-    def record(tx: Transaction) -> tuple[list[ToolCallRow], list[Rule]]:
+    def record(tx: Transaction) -> tuple[list[ToolCallRow], Callable[[], list[Rule]]]:
         message_id = _insert_assistant_message(tx, turn, reply)
         calls = [_start_call(tx, turn, step_id, message_id, model_call) for model_call in reply.tool_calls]
-        return calls, tx.session_rules(turn.session_id)
+        return calls, tx.session_rules_later(turn.session_id)
 
-    recorded = await turn.journal.write(record)
+    calls, rules = await turn.journal.write(record)
     _recorded(turn, step_id, text)
-    return recorded
+    return calls, rules()
 
 
 def _succeed(tx: Transaction, *, step_id: str, succeeded: Draft) -> None:

@@ -204,10 +204,7 @@ def settle_reason(tx: Transaction, turn_id: str, reason: StopReason | None) -> S
     process has answered its client already: ``{interrupted: true}``). When the actors stopped for
     the intent itself, the two are the same reason.
     """
-    row = tx.get_turn(turn_id)
-    if row is not None and row.status == TurnStatus.STOPPING and row.stop_reason is not None:
-        return row.stop_reason
-    return reason
+    return tx.stop_intent(turn_id, expected=reason) or reason
 
 
 def recovered(row: TurnRow, max_resumes: int) -> StopReason | None:

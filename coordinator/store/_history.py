@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from coordinator.records import Message, TextPart, ToolPart
@@ -39,14 +39,29 @@ def history_after(
     model ids of their calls. Reads only those messages, their parts and their calls, in one
     statement, so a step's read does not grow with the session's settled turns
     (``coordinator/models/history.py``)."""
-    rows = sql.all(
-        "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status, "
-        f"m.ord, t.status = '{TurnStatus.SETTLED}', {_CALL_COLUMNS_OF_C} "
-        "FROM messages m JOIN turns t ON t.id = m.turn_id LEFT JOIN parts p ON p.message_id = m.id "
-        "LEFT JOIN tool_calls c ON p.kind = 'tool' AND c.session_id = m.session_id AND c.call_id = p.call_id "
-        "WHERE m.session_id = ? AND m.ord > ? ORDER BY m.ord, p.ord",
-        (session_id, after_ord),
-    )
+    return _stored_messages(session_id, sql.all(_HISTORY_AFTER, (session_id, after_ord)))
+
+
+def history_after_later(
+    sql: Connection, session_id: str, after_ord: int
+) -> Callable[[], tuple[list[StoredMessage], dict[str, str | None]]]:
+    """``history_after``, learned with the commit (``Connection.later``)."""
+    rows = sql.later(_HISTORY_AFTER, (session_id, after_ord))
+    return lambda: _stored_messages(session_id, rows())
+
+
+_HISTORY_AFTER = (
+    "SELECT m.id, m.turn_id, m.role, m.created_at, p.kind, p.text, p.call_id, p.status, "
+    f"m.ord, t.status = '{TurnStatus.SETTLED}', {_CALL_COLUMNS_OF_C} "
+    "FROM messages m JOIN turns t ON t.id = m.turn_id LEFT JOIN parts p ON p.message_id = m.id "
+    "LEFT JOIN tool_calls c ON p.kind = 'tool' AND c.session_id = m.session_id AND c.call_id = p.call_id "
+    "WHERE m.session_id = ? AND m.ord > ? ORDER BY m.ord, p.ord"
+)
+
+
+def _stored_messages(
+    session_id: str, rows: list[tuple[Any, ...]]
+) -> tuple[list[StoredMessage], dict[str, str | None]]:
     calls = {row[6]: TOOL_CALL_ROW.load(row[10:]) for row in rows if row[4] == "tool"}
     stored = [
         StoredMessage(ord=extra[0], turn_settled=bool(extra[1]), message=message)

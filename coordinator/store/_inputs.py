@@ -30,6 +30,14 @@ _ACTIVE_TURN = (
     f"AND status != '{TurnStatus.QUEUED}' ORDER BY ord LIMIT 1"
 )
 
+_NO_PENDING_STEER = (
+    f"NOT EXISTS (SELECT 1 FROM steers WHERE turn_id = ? AND status = '{SteerStatus.PENDING}')"
+)
+_NOTHING_AT_BOUNDARY = (
+    f"EXISTS (SELECT 1 FROM turns WHERE id = ? AND status = '{TurnStatus.RUNNING}' AND soft_stop IS NULL) "
+    f"AND {_NO_PENDING_STEER}"
+)
+
 
 @attrs.frozen
 class Boundary:
@@ -52,6 +60,10 @@ class InputReads(SqlReads):
     """Reads of steers, the queue and soft stops."""
 
     def boundary(self, turn_id: str) -> Boundary:
+        if self.sql.predicts:
+            # Nearly every boundary finds its turn running with nothing sent into it.
+            self.sql.expect(_NOTHING_AT_BOUNDARY, (turn_id, turn_id), "nothing waits at the boundary")
+            return Boundary(status=TurnStatus.RUNNING, soft_stop=None, steers=[])
         rows = self._all(_BOUNDARY, (turn_id,))
         if not rows:
             return Boundary(status=None, soft_stop=None, steers=[])
@@ -63,6 +75,9 @@ class InputReads(SqlReads):
         )
 
     def pending_steers(self, turn_id: str) -> list[SteerRow]:
+        if self.sql.predicts:
+            self.sql.expect(_NO_PENDING_STEER, (turn_id,), "no steer is pending")
+            return []
         return [STEER_ROW.load(row) for row in self._all(_PENDING_STEERS, (turn_id,))]
 
     def get_steer(self, steer_id: str) -> SteerRow | None:
@@ -95,6 +110,14 @@ class InputWrites(SqlReads):
         """Execute a statement whose result is not read (it may travel with the next one or the commit)."""
         self.sql.send(query, args)
 
+    def _compare_and_set(self, query: str, args: tuple[Any, ...], what: str) -> bool:
+        """Execute an ``UPDATE`` that changes one row or none; whether it changed one. Where the
+        connection predicts, it is taken to change one, and the server checks that it did."""
+        if self.sql.predicts:
+            self.sql.expect_changed(query, args, what)
+            return True
+        return self._run(query, args) == 1
+
     def insert_steer(
         self,
         steer_id: str,
@@ -113,20 +136,20 @@ class InputWrites(SqlReads):
         )
 
     def deliver_steer(self, steer_id: str) -> bool:
-        changed = self._run(
+        return self._compare_and_set(
             f"UPDATE steers SET status = '{SteerStatus.DELIVERED}' "
             f"WHERE id = ? AND status IN {_status_sql.DELIVERABLE_STEER}",
             (steer_id,),
+            "the steer is pending",
         )
-        return changed == 1
 
     def queue_steer(self, steer_id: str, turn_id: str) -> bool:
-        changed = self._run(
+        return self._compare_and_set(
             f"UPDATE steers SET status = '{SteerStatus.QUEUED}', queued_turn_id = ? "
             f"WHERE id = ? AND status IN {_status_sql.QUEUEABLE_STEER}",
             (turn_id, steer_id),
+            "the steer is pending",
         )
-        return changed == 1
 
     def put_turn_first(self, turn_id: str, session_id: str) -> None:
         """Move the queued turn ``turn_id`` ahead of the session's other queued turns."""

@@ -64,11 +64,11 @@ class ProcessGroupWrites(SqlReads):
         )
 
     def forget_process_groups(self, groups: list[ProcessGroupRow]) -> int:
-        # A group is named by where it ran, its id and its leader's start: the key, whoever owns it.
-        return sum(
-            self.sql.run(
-                "DELETE FROM process_groups WHERE boot_id = ? AND pgid = ? AND started = ?",
-                (group.boot_id, group.pgid, group.started),
-            )
-            for group in groups
-        )
+        return sum(self.sql.run(_FORGET, (group.boot_id, group.pgid, group.started)) for group in groups)
+
+    def forget_process_group(self, group: ProcessGroupRow) -> None:
+        self.sql.send(_FORGET, (group.boot_id, group.pgid, group.started))
+
+
+# A group is named by where it ran, its id and its leader's start: the key, whoever owns it.
+_FORGET = "DELETE FROM process_groups WHERE boot_id = ? AND pgid = ? AND started = ?"

@@ -77,6 +77,11 @@ class SqlReader(TurnReads, WaitReads, InputReads, ProcessGroupReads, api.Reader)
         return None if row is None else _session(row)
 
     def session_exists(self, session_id: str) -> bool:
+        if self.sql.predicts:  # a transaction acts on a session it was asked about: it nearly always exists
+            self.sql.expect(
+                "EXISTS (SELECT 1 FROM sessions WHERE id = ?)", (session_id,), "the session exists"
+            )
+            return True
         return self._one("SELECT 1 FROM sessions WHERE id = ?", (session_id,)) is not None
 
     def list_sessions(self) -> list[Session]:

@@ -11,10 +11,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from coordinator import errors
+
+
+class Mispredicted(errors.StoreError):
+    """A prediction a transaction's body made (``Connection.expect``) was wrong: the transaction is
+    rolled back, and the backend runs the body again without predicting. Never leaves the store."""
+
 
 class Connection(Protocol):
     """One database connection, as the shared queries use it. Every method may raise ``StoreError``
-    (the backend maps its driver's exceptions at this boundary)."""
+    (the backend maps its driver's exceptions at this boundary).
+
+    **Predictions.** Across a network each result a transaction's body reads before its commit
+    costs a round trip. Where the body can say what a read will find (nothing: no steer is pending,
+    a call id is new; a compare-and-set changes its row), a connection that ``predicts`` lets it
+    take that as the answer and send the check along (``expect``, ``expect_changed``), to be
+    judged by the server on the way to the commit: a wrong prediction fails the transaction with
+    ``Mispredicted``, and the backend runs the body again, reading. A connection that reads for
+    free (SQLite's) never predicts.
+    """
+
+    predicts: bool
+    """Whether the body should take its predictions and have them checked, rather than read."""
 
     def all(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of a query."""
@@ -32,6 +51,22 @@ class Connection(Protocol):
 
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Execute a statement once for each parameter row."""
+        ...
+
+    def later(self, sql: str, args: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        """The rows of a query the body does not branch on: returns how to learn them. A backend
+        across a network learns them with the commit's answer (asking earlier waits for the
+        server); they are what the query read at its place in the transaction either way."""
+        ...
+
+    def expect(self, condition: str, args: Sequence[Any], what: str) -> None:
+        """The SQL boolean ``condition`` must hold here, or the transaction fails with
+        ``Mispredicted`` (``what`` names the prediction in its message)."""
+        ...
+
+    def expect_changed(self, sql: str, args: Sequence[Any], what: str) -> None:
+        """Execute the ``UPDATE`` ``sql``, which must change exactly one row, or the transaction
+        fails with ``Mispredicted``."""
         ...
 
     def serialize(self, scope: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.records import Message
@@ -32,7 +33,7 @@ from coordinator.store.rows import (
 _TURNS = f"SELECT {TURN_ROW.select} FROM turns"
 _CALLS = f"SELECT {TOOL_CALL_ROW.select} FROM tool_calls"
 # The queries every turn runs, built once (an enum formatted into a query costs a call each time).
-_NEXT_TURN = _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' AND parent_call_id IS NULL"
+NEXT_TURN = _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' AND parent_call_id IS NULL"
 _RUNNING_TURN = _TURNS + f" WHERE session_id = ? AND status = '{TurnStatus.RUNNING}'"
 _RUNNING_STEPS = f"SELECT id FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}' ORDER BY ord"
 _RUNNING_CALLS = _CALLS + f" WHERE turn_id = ? AND status = '{CallStatus.RUNNING}' ORDER BY ord"
@@ -51,6 +52,29 @@ _TURN_STATUS, _TURN_ORD = TURN_ROW.columns.index("status"), TURN_ROW.columns.ind
 
 def _queued_last(row: tuple[Any, ...]) -> tuple[bool, int]:
     return row[_TURN_STATUS] == TurnStatus.QUEUED, row[_TURN_ORD]
+
+
+# The turn an interrupt stops. ``status != 'settled'`` as the index of unsettled turns says it, so
+# that it is used.
+_INTERRUPTIBLE = (
+    f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
+    f"AND (status = '{TurnStatus.RUNNING}' OR (status = '{TurnStatus.SUSPENDED}' AND parked != 0)) "
+    "ORDER BY ord LIMIT 1"
+)
+INTERRUPTIBLE_IS_RUNNING = (
+    f"COALESCE((SELECT id || ' ' || status FROM turns{_INTERRUPTIBLE}), '') = ? || ' {TurnStatus.RUNNING}'"
+)
+
+
+def next_turn_of(rows: Callable[[], list[tuple[Any, ...]]]) -> Callable[[], TurnRow | None]:
+    """The next turn among ``NEXT_TURN``'s rows (learned when asked): the unfinished one, else the
+    first queued."""
+
+    def chosen() -> TurnRow | None:
+        read = rows()
+        return TURN_ROW.load(min(read, key=_queued_last)) if read else None
+
+    return chosen
 
 
 class TurnReads(SqlReads):
@@ -73,8 +97,7 @@ class TurnReads(SqlReads):
         # A task call's turn is run by that call, never by the session's own actor.
         # The unfinished turn before the queued ones, then by ord; chosen here among the session's
         # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
-        rows = self._all(_NEXT_TURN, (session_id,))
-        return TURN_ROW.load(min(rows, key=_queued_last)) if rows else None
+        return next_turn_of(lambda: self._all(NEXT_TURN, (session_id,)))()
 
     def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
         rows: list[tuple[Any, ...]] = []
@@ -147,14 +170,7 @@ class TurnReads(SqlReads):
         )
 
     def interruptible_turn(self, session_id: str) -> TurnRow | None:
-        row = self._one(
-            # ``status != 'settled'`` as the index of unsettled turns says it, so that it is used.
-            _TURNS + f" WHERE session_id = ? AND status != '{TurnStatus.SETTLED}' "
-            f"AND (status = '{TurnStatus.RUNNING}' OR (status = '{TurnStatus.SUSPENDED}' AND parked != 0)) "
-            "ORDER BY ord LIMIT 1",
-            (session_id,),
-        )
-        return TURN_ROW.load_or_none(row)
+        return TURN_ROW.load_or_none(self._one(_TURNS + _INTERRUPTIBLE, (session_id,)))
 
     def unsettled_turn_statuses(self, session_id: str) -> list[str]:
         rows = self._all(
@@ -187,10 +203,11 @@ class TurnReads(SqlReads):
 
     # tool calls -----------------------------------------------------------------------------
     def call_id_taken(self, session_id: str, call_id: str) -> bool:
-        row = self._one(
-            "SELECT 1 FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
-        )
-        return row is not None
+        query = "SELECT 1 FROM tool_calls WHERE session_id = ? AND call_id = ?"
+        if self.sql.predicts:  # a model's call id is new in its session but for a few models
+            self.sql.expect(f"NOT EXISTS ({query})", (session_id, call_id), "the call id is new")
+            return False
+        return self._one(query, (session_id, call_id)) is not None
 
     def get_tool_call(self, session_id: str, call_id: str) -> ToolCallRow | None:
         row = self._one(_CALLS + " WHERE session_id = ? AND call_id = ?", (session_id, call_id))
@@ -209,6 +226,11 @@ class TurnReads(SqlReads):
         return [TOOL_CALL_ROW.load(r) for r in self._all(_RUNNING_CALLS, (turn_id,))]
 
     def has_leftovers(self, turn_id: str) -> bool:
+        if self.sql.predicts:  # in a clean stop every child settled itself, in the same transaction
+            self.sql.expect(
+                f"NOT ({_LEFTOVERS[len('SELECT ') :]})", (turn_id,) * 4, "nothing of the turn is left"
+            )
+            return False
         row = self._one(_LEFTOVERS, (turn_id,) * 4)
         return row is not None and bool(row[0])
 

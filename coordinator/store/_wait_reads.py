@@ -26,6 +26,9 @@ _OF_CALL = {
 }
 
 
+SESSION_RULES = "SELECT action, resource, effect FROM session_rules WHERE session_id = ? ORDER BY ord"
+
+
 class WaitReads(SqlReads):
     """Reads of permission requests, session rules and question forms."""
 
@@ -67,10 +70,7 @@ class WaitReads(SqlReads):
         return PERMISSION_ROW.load_or_none(self._one(_PERMISSIONS + _OF_CALL[pending], (session_id, call_id)))
 
     def session_rules(self, session_id: str) -> list[Rule]:
-        rows = self._all(
-            "SELECT action, resource, effect FROM session_rules WHERE session_id = ? ORDER BY ord",
-            (session_id,),
-        )
+        rows = self._all(SESSION_RULES, (session_id,))
         return [Rule(action=a, resource=r, effect=e) for a, r, e in rows]
 
     # forms ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from coordinator.events import Draft, Emitted
@@ -10,7 +11,7 @@ from coordinator.records import Form, Partial, PermissionRequest, Rule, ToolErro
 from coordinator.statuses import ClaimState, FormStatus, StepStatus, TurnStatus
 from coordinator.store._deletion import PruneBatch
 from coordinator.store._read_api import Reader
-from coordinator.store.rows import InstanceRow, ProcessGroupRow, ToolCallRow
+from coordinator.store.rows import InstanceRow, ProcessGroupRow, StoredMessage, ToolCallRow, TurnRow
 
 
 class Transaction(Reader, Protocol):
@@ -111,8 +112,57 @@ class Transaction(Reader, Protocol):
         ...
 
     # steps, messages, tool calls
-    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
-        """Insert a running step; returns the session's 0-based model request index."""
+    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> Callable[[], int]:
+        """Insert a running step; returns how to learn the session's 0-based model request index,
+        known with the commit (asked for inside the transaction, it waits for the server)."""
+        ...
+
+    def queued_turn(self, expected: TurnRow) -> TurnRow | None:
+        """The turn ``expected`` (read queued earlier) as it reads now, or None when it is not queued
+        any more. A store across a network may take it as ``expected`` and have that checked."""
+        ...
+
+    def next_turn_later(self, session_id: str) -> Callable[[], TurnRow | None]:
+        """``next_turn`` as this transaction reads it here, learned with the commit."""
+        ...
+
+    def interruptible_turn_status(
+        self, session_id: str, running: str | None
+    ) -> tuple[str, TurnStatus] | None:
+        """The id and status of ``interruptible_turn``; ``running``: the turn the caller knows runs
+        (a store across a network may take it, and have that checked before the commit)."""
+        ...
+
+    def pending_waits_of_call(
+        self, session_id: str, call_id: str
+    ) -> tuple[PermissionRequest | None, Form | None]:
+        """The call's pending permission request and form (a store across a network may take none
+        to be left, and have that checked before the commit)."""
+        ...
+
+    def step_running(self, turn_id: str, step_id: str) -> bool:
+        """Whether the step runs still (a store across a network may take it to, checked so)."""
+        ...
+
+    def running_calls_of_step(self, turn_id: str, step_id: str) -> list[ToolCallRow]:
+        """The step's unsettled calls, in order (a store across a network may take none to be
+        left, checked so)."""
+        ...
+
+    def history_after_later(
+        self, session_id: str, after_ord: int
+    ) -> Callable[[], tuple[list[StoredMessage], dict[str, str | None]]]:
+        """``history_after`` as this transaction reads it here, learned with the commit."""
+        ...
+
+    def session_rules_later(self, session_id: str) -> Callable[[], list[Rule]]:
+        """``session_rules`` as this transaction reads them here, learned with the commit."""
+        ...
+
+    def stop_intent(self, turn_id: str, expected: StopReason | None) -> StopReason | None:
+        """The reason of the stop intent recorded for the turn, None when it has none. ``expected``:
+        what the caller knows it to be; a store across a network takes it and has it checked
+        before the commit (a wrong one costs the transaction a second run, never a wrong answer)."""
         ...
 
     def settle_step(self, step_id: str, status: StepStatus, reason: StopReason | None) -> None: ...
@@ -148,6 +198,10 @@ class Transaction(Reader, Protocol):
         start finds it here and kills it."""
         ...
 
+    def forget_process_group(self, group: ProcessGroupRow) -> None:
+        """``forget_process_groups`` of one group, without learning whether it was recorded."""
+        ...
+
     def forget_process_groups(self, groups: list[ProcessGroupRow]) -> int:
         """Delete the records of ``groups`` (each named by its boot id, pgid and start), dead and
         reaped or killed; returns how many there were."""
@@ -165,6 +219,14 @@ class Transaction(Reader, Protocol):
         """Compare-and-set: take the claim if released, or (``takeover_from``) held by that owner.
         Returns the new epoch, or 0 when another owner holds the claim. Holds the session's lock
         (``hold_session``) from here on."""
+        ...
+
+    def acquire_claim_later(
+        self, session_id: str, owner: str, since: str, *, takeover_from: str | None
+    ) -> Callable[[], int] | None:
+        """``acquire_claim`` with its epoch learned with the commit; None when another owner holds
+        the claim. A store across a network may take the claim to be free and have that checked
+        before the commit."""
         ...
 
     def set_claim_state(self, session_id: str, state: ClaimState) -> None:

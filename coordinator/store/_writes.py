@@ -4,7 +4,7 @@ transaction's view (``store.api.Transaction``). Nothing here commits: the backen
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from coordinator import clock, errors
@@ -20,14 +20,16 @@ from coordinator.statuses import (
     StepStatus,
     TurnStatus,
 )
-from coordinator.store import _status_sql, api
+from coordinator.store import _history, _status_sql, api
 from coordinator.store._deletion import PruneBatch, delete_session, prune_events
 from coordinator.store._inputs import InputWrites
 from coordinator.store._process_groups import ProcessGroupWrites
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
 from coordinator.store._sql import Connection
-from coordinator.store.rows import InstanceRow, ToolCallRow
+from coordinator.store._turn_reads import INTERRUPTIBLE_IS_RUNNING, NEXT_TURN, next_turn_of
+from coordinator.store._wait_reads import SESSION_RULES as _SESSION_RULES
+from coordinator.store.rows import InstanceRow, StoredMessage, ToolCallRow, TurnRow
 
 
 class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction):
@@ -119,12 +121,12 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         self._send("UPDATE turns SET status = ? WHERE id = ?", (TurnStatus(status), turn_id))
 
     def record_stop_intent(self, turn_id: str, reason: StopReason) -> bool:
-        changed = self._run(
+        return self._compare_and_set(
             f"UPDATE turns SET status = '{TurnStatus.STOPPING}', stop_reason = ?, "
             f"parked = {Parked.NOT_PARKED} WHERE id = ? AND status IN {_status_sql.STOPPABLE}",
             (_reason(reason), turn_id),
+            "the turn is the first stop's",
         )
-        return changed == 1
 
     def settle_turn(
         self, turn_id: str, status: TurnStatus, reason: StopReason | None, outcome: str | None
@@ -159,17 +161,111 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         return self._run(query, (turn_id,)) == 1
 
     # steps ----------------------------------------------------------------------------------
-    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> int:
+    def insert_step(self, step_id: str, session_id: str, turn_id: str, created_at: str) -> Callable[[], int]:
         # The session counts its steps: a COUNT(*) of them grew with the session (0.6 ms a step at
         # 20,000 steps, design/benchmarks.md).
         row = {"id": step_id, "session_id": session_id, "turn_id": turn_id, "status": StepStatus.RUNNING}
         self._insert_numbered("steps", row | {"created_at": created_at}, "turn_id", turn_id, session_id)
-        counted = self._one(
+        if self.sql.predicts:  # a step's session exists: its claim is held
+            self.sql.expect(
+                "EXISTS (SELECT 1 FROM sessions WHERE id = ?)", (session_id,), "the step's session exists"
+            )
+        counted = self.sql.later(
             "UPDATE sessions SET step_count = step_count + 1 WHERE id = ? RETURNING step_count", (session_id,)
         )
-        if counted is None:
-            raise errors.StoreError(f"step {step_id!r} names no session: {session_id!r}")
-        return int(counted[0]) - 1
+
+        def index() -> int:
+            rows = counted()
+            if not rows:
+                raise errors.StoreError(f"step {step_id!r} names no session: {session_id!r}")
+            return int(rows[0][0]) - 1
+
+        if not self.sql.predicts:
+            index()  # a step of no session fails its transaction, as it always did
+        return index
+
+    def queued_turn(self, expected: TurnRow) -> TurnRow | None:
+        """The queued turn ``expected`` as it reads now; None when it is not queued any more.
+        Where the connection predicts, it is taken to be as ``expected`` says, and the server
+        checks that it is still queued, with the same soft stop."""
+        if self.sql.predicts and expected.status == TurnStatus.QUEUED:
+            self.sql.expect(_STILL_QUEUED, (expected.id, dump_json(expected.soft_stop)), "the turn is queued")
+            return expected
+        current = self.get_turn(expected.id)
+        return current if current is not None and current.status == TurnStatus.QUEUED else None
+
+    def next_turn_later(self, session_id: str) -> Callable[[], TurnRow | None]:
+        """``next_turn`` as this transaction reads it here, learned with the commit."""
+        return next_turn_of(self.sql.later(NEXT_TURN, (session_id,)))
+
+    def interruptible_turn_status(
+        self, session_id: str, running: str | None
+    ) -> tuple[str, TurnStatus] | None:
+        """The id and status of ``interruptible_turn``. ``running``: the turn this process runs for
+        the session, if any; where the connection predicts, it is taken to be that turn, running,
+        and the server checks it."""
+        if self.sql.predicts and running is not None:
+            self.sql.expect(INTERRUPTIBLE_IS_RUNNING, (session_id, running), "the running turn is known")
+            return running, TurnStatus.RUNNING
+        turn = self.interruptible_turn(session_id)
+        return None if turn is None else (turn.id, turn.status)
+
+    def pending_waits_of_call(
+        self, session_id: str, call_id: str
+    ) -> tuple[PermissionRequest | None, Form | None]:
+        """The call's pending permission request and form. Where the connection predicts, none is
+        taken to be left (a call's own wait settles before the call does), and the server checks it."""
+        if self.sql.predicts:
+            self.sql.expect(_NO_PENDING_WAIT, (session_id, call_id) * 2, "the call has no pending wait")
+            return None, None
+        request = self.permission_of_call(session_id, call_id, pending=True)
+        return request, self.form_of_call(session_id, call_id, pending=True)
+
+    def step_running(self, turn_id: str, step_id: str) -> bool:
+        """Whether the step runs still. Where the connection predicts, it is taken to (a step fails
+        itself), and the server checks it."""
+        if self.sql.predicts:
+            self.sql.expect(_STEP_RUNS, (step_id, turn_id), "the step runs")
+            return True
+        return step_id in self.running_steps(turn_id)
+
+    def running_calls_of_step(self, turn_id: str, step_id: str) -> list[ToolCallRow]:
+        """The step's unsettled calls, in order. Where the connection predicts, none is taken to be
+        left (each call settles before its step), and the server checks it."""
+        if self.sql.predicts:
+            self.sql.expect(_NO_RUNNING_CALL_OF_STEP, (turn_id, step_id), "the step's calls are settled")
+            return []
+        return [c for c in self.running_calls_of_turn(turn_id) if c.step_id == step_id]
+
+    def history_after_later(
+        self, session_id: str, after_ord: int
+    ) -> Callable[[], tuple[list[StoredMessage], dict[str, str | None]]]:
+        return _history.history_after_later(self.sql, session_id, after_ord)
+
+    def session_rules_later(self, session_id: str) -> Callable[[], list[Rule]]:
+        rows = self.sql.later(_SESSION_RULES, (session_id,))
+        return lambda: [Rule(action=a, resource=r, effect=e) for a, r, e in rows()]
+
+    def stop_intent(self, turn_id: str, expected: StopReason | None) -> StopReason | None:
+        """The reason of the stop intent committed for the turn (None: none). Where the connection
+        predicts, ``expected`` is taken, and the server checks it."""
+        if self.sql.predicts:
+            if expected is None:
+                condition = (
+                    f"NOT EXISTS (SELECT 1 FROM turns WHERE id = ? AND status = '{TurnStatus.STOPPING}')"
+                )
+                self.sql.expect(condition, (turn_id,), "the turn has no stop intent")
+            else:
+                condition = (
+                    f"EXISTS (SELECT 1 FROM turns WHERE id = ? AND status = '{TurnStatus.STOPPING}' "
+                    "AND stop_reason = ?)"
+                )
+                self.sql.expect(condition, (turn_id, _reason(expected)), "the turn's stop intent is known")
+            return expected
+        row = self.get_turn(turn_id)
+        if row is not None and row.status == TurnStatus.STOPPING:
+            return row.stop_reason
+        return None
 
     def settle_step(self, step_id: str, status: StepStatus, reason: StopReason | None) -> None:
         query = "UPDATE steps SET status = ?, reason = ? WHERE id = ?"
@@ -180,7 +276,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
             f"UPDATE steps SET status = '{StepStatus.SUCCEEDED}', reason = NULL "
             f"WHERE id = ? AND status IN {_status_sql.SUCCEEDABLE_STEP}"
         )
-        return self._run(query, (step_id,)) == 1
+        return self._compare_and_set(query, (step_id,), "the step runs")
 
     def save_streamed_text(self, step_id: str, text: str) -> None:
         self._send("UPDATE steps SET streamed_text = ? WHERE id = ?", (text, step_id))
@@ -232,7 +328,7 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         status = CallStatus.RUNNING.transition(
             CallStatus.FAILED if error is not None else CallStatus.SUCCEEDED
         )
-        changed = self._run(
+        return self._compare_and_set(
             "UPDATE tool_calls SET status = ?, output = ?, error = ?, partial = ? "
             f"WHERE session_id = ? AND call_id = ? AND status IN {_status_sql.SETTLEABLE_CALL}",
             (
@@ -243,8 +339,8 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
                 session_id,
                 call_id,
             ),
+            "the call runs",
         )
-        return changed == 1
 
     def mark_tool_started(self, session_id: str, call_id: str) -> None:
         self._send(
@@ -264,19 +360,23 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     def acquire_claim(self, session_id: str, owner: str, since: str, *, takeover_from: str | None) -> int:
         self.sql.serialize(session_id)
-        self._send(
-            "INSERT INTO claims(session_id, owner, epoch, state, since) "
-            f"VALUES (?, NULL, 0, '{ClaimState.RELEASED}', NULL) "
-            "ON CONFLICT(session_id) DO NOTHING",
-            (session_id,),
-        )
-        claimed = self._one(
-            f"UPDATE claims SET owner = ?, epoch = epoch + 1, state = '{ClaimState.HELD}', since = ? "
-            f"WHERE session_id = ? AND (state = '{ClaimState.RELEASED}' OR owner IS NOT DISTINCT FROM ?) "
-            "RETURNING epoch",
-            (owner, since, session_id, takeover_from),
-        )
+        self._send(_NEW_CLAIM, (session_id,))
+        claimed = self._one(_TAKE_CLAIM, (owner, since, session_id, takeover_from))
         return 0 if claimed is None else int(claimed[0])
+
+    def acquire_claim_later(
+        self, session_id: str, owner: str, since: str, *, takeover_from: str | None
+    ) -> Callable[[], int] | None:
+        """``acquire_claim``, its epoch learned with the commit; None when the claim is held elsewhere.
+        Where the connection predicts, the claim is taken to be free, and the server checks it."""
+        if not self.sql.predicts:
+            epoch = self.acquire_claim(session_id, owner, since, takeover_from=takeover_from)
+            return None if epoch == 0 else lambda: epoch
+        self.sql.serialize(session_id)
+        self._send(_NEW_CLAIM, (session_id,))
+        self.sql.expect(_CLAIM_FREE, (session_id, takeover_from), "the claim is free")
+        claimed = self.sql.later(_TAKE_CLAIM, (owner, since, session_id, takeover_from))
+        return lambda: int(claimed()[0][0])
 
     def set_claim_state(self, session_id: str, state: ClaimState) -> None:
         if state == ClaimState.RELEASED:
@@ -335,20 +435,20 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
     def reply_permission(
         self, request_id: str, decision: str, message: str | None, edited_input: Any = None
     ) -> bool:
-        changed = self._run(
+        return self._compare_and_set(
             f"UPDATE permission_requests SET status = '{PermissionStatus.REPLIED}', "
             f"decision = ?, message = ?, input = ? WHERE id = ? AND status IN {_status_sql.REPLIABLE}",
             (decision, message, dump_json(edited_input), request_id),
+            "the request is pending",
         )
-        return changed == 1
 
     def revoke_permission(self, request_id: str, reason: StopReason) -> bool:
-        changed = self._run(
+        return self._compare_and_set(
             f"UPDATE permission_requests SET status = '{PermissionStatus.REVOKED}', reason = ? "
             f"WHERE id = ? AND status IN {_status_sql.REVOCABLE}",
             (_reason(reason), request_id),
+            "the request is pending",
         )
-        return changed == 1
 
     def add_session_rule(self, session_id: str, rule: Rule) -> None:
         row = {
@@ -389,16 +489,39 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         reason: StopReason | None = None,
     ) -> bool:
         settled = FormStatus.PENDING.transition(FormStatus(status))
-        changed = self._run(
+        return self._compare_and_set(
             "UPDATE forms SET status = ?, answers = ?, message = ?, reason = ? "
             f"WHERE id = ? AND status = '{FormStatus.PENDING}'",
             (settled, None if answers is None else json.dumps(answers), message, _reason(reason), form_id),
+            "the form is pending",
         )
-        return changed == 1
 
     # events ---------------------------------------------------------------------------------
     def prune_events(self, cutoff: str, after: int, limit: int) -> PruneBatch:
         return prune_events(self.sql, cutoff, after, limit)
+
+
+_NO_PENDING_WAIT = (
+    f"NOT EXISTS (SELECT 1 FROM permission_requests WHERE session_id = ? AND call_id = ? "
+    f"AND status = '{PermissionStatus.PENDING}') AND NOT EXISTS (SELECT 1 FROM forms WHERE "
+    f"session_id = ? AND call_id = ? AND status = '{FormStatus.PENDING}')"
+)
+_STEP_RUNS = f"EXISTS (SELECT 1 FROM steps WHERE id = ? AND turn_id = ? AND status = '{StepStatus.RUNNING}')"
+_NO_RUNNING_CALL_OF_STEP = f"NOT EXISTS (SELECT 1 FROM tool_calls WHERE turn_id = ? AND step_id = ? AND status = '{CallStatus.RUNNING}')"
+_STILL_QUEUED = (
+    f"EXISTS (SELECT 1 FROM turns WHERE id = ? AND status = '{TurnStatus.QUEUED}' "
+    "AND soft_stop IS NOT DISTINCT FROM ?)"
+)
+_NEW_CLAIM = (
+    "INSERT INTO claims(session_id, owner, epoch, state, since) "
+    f"VALUES (?, NULL, 0, '{ClaimState.RELEASED}', NULL) ON CONFLICT(session_id) DO NOTHING"
+)
+_CLAIMABLE = f"(state = '{ClaimState.RELEASED}' OR owner IS NOT DISTINCT FROM ?)"
+_TAKE_CLAIM = (
+    f"UPDATE claims SET owner = ?, epoch = epoch + 1, state = '{ClaimState.HELD}', since = ? "
+    f"WHERE session_id = ? AND {_CLAIMABLE} RETURNING epoch"
+)
+_CLAIM_FREE = f"EXISTS (SELECT 1 FROM claims WHERE session_id = ? AND {_CLAIMABLE})"
 
 
 def _link(link: ParentLink | None) -> tuple[str | None, str | None]:

@@ -128,7 +128,7 @@ class StoredGroups:
 
     async def forget(self, group: ProcessGroup) -> None:
         row = self.owner.row(group)
-        await self.store.write(lambda tx: tx.forget_process_groups([row]))
+        await self.store.write(lambda tx: tx.forget_process_group(row))
 
 
 @contextlib.asynccontextmanager

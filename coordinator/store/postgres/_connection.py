@@ -20,6 +20,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from coordinator import errors
+from coordinator.store._sql import Mispredicted
 
 # Retried by the store: the body runs again on a fresh transaction (nothing of it was kept).
 RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
@@ -28,14 +29,19 @@ RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 FENCED = "CF001"
 """The SQLSTATE ``coordinator_fence`` raises (``_migrations.py``): the claim has moved on."""
 
+MISPREDICTED = "CF002"
+"""The SQLSTATE ``coordinator_check`` raises: a prediction of the body was wrong."""
+
 
 def mapped(exc: psycopg.Error) -> errors.StoreError | errors.Fenced:
     """The store error that ``exc`` is, naming psycopg's class (``OperationalError: ...``); the
-    fence's own error is ``Fenced``."""
+    fence's own error is ``Fenced``, a wrong prediction's ``Mispredicted``."""
     if exc.sqlstate == FENCED and exc.diag.message_detail:
         session_id, epoch = exc.diag.message_detail.rsplit(" ", 1)
         return errors.Fenced(session_id=session_id, epoch=int(epoch))
     message = f"{type(exc).__name__}: {str(exc).strip()}"
+    if exc.sqlstate == MISPREDICTED:
+        return Mispredicted(message)
     if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled | pg_errors.TooManyConnections):
         return errors.StoreBusy(message)
     if isinstance(exc, pg_errors.DiskFull):
@@ -66,10 +72,16 @@ class PsycopgConnection:
     """
 
     def __init__(
-        self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline | None = None, *, statements: int = 0
+        self,
+        conn: psycopg.Connection[Any],
+        pipeline: psycopg.Pipeline | None = None,
+        *,
+        statements: int = 0,
+        predicts: bool = False,
     ) -> None:
         self.conn = conn
         self._pipeline = pipeline
+        self.predicts = predicts
         self._allowed = statements  # 0: any number; else more raise ``SecondStatement``
         self._serialized: set[str] = set()
         # Every statement whose result is not read goes through one cursor (a cursor each costs
@@ -92,6 +104,18 @@ class PsycopgConnection:
             raise
         except psycopg.Error as exc:
             raise mapped(exc) from exc
+
+    def later(self, sql: str, args: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        return _LaterRows(self._execute(sql, args))
+
+    def expect(self, condition: str, args: Sequence[Any], what: str) -> None:
+        self.send(f"SELECT coordinator_check({condition}, ?)", (*args, what))
+
+    def expect_changed(self, sql: str, args: Sequence[Any], what: str) -> None:
+        self.send(
+            f"WITH changed AS ({sql} RETURNING 1) SELECT coordinator_check(count(*) = 1, ?) FROM changed",
+            (*args, what),
+        )
 
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:
@@ -181,3 +205,23 @@ class _ReturnedSeq:
             assert row is not None
             self._seq, self._cursor = int(row[0]), None
         return self._seq
+
+
+class _LaterRows:
+    """The rows of a statement sent ahead, read from its cursor once asked (which, before the
+    commit's answer, waits for the server)."""
+
+    __slots__ = ("_cursor", "_rows")
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor: psycopg.Cursor[Any] | None = cursor
+        self._rows: list[tuple[Any, ...]] = []
+
+    def __call__(self) -> list[tuple[Any, ...]]:
+        if self._cursor is not None:
+            try:
+                self._rows = self._cursor.fetchall()
+            except psycopg.Error as exc:
+                raise mapped(exc) from exc
+            self._cursor = None
+        return self._rows

@@ -309,6 +309,22 @@ def _v12(execute: Callable[[str], Any]) -> None:
     )
 
 
+def _v13(execute: Callable[[str], Any]) -> None:
+    # PostgreSQL only: a prediction of a transaction's body, checked by the server on the way to the
+    # commit (``_sql.Connection.expect``); a wrong one fails the transaction, which is run again.
+    execute(
+        """
+        CREATE OR REPLACE FUNCTION coordinator_check(ok BOOLEAN, what TEXT)
+        RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            IF ok IS NOT TRUE THEN
+                RAISE EXCEPTION 'prediction missed: %', what USING ERRCODE = 'CF002';
+            END IF;
+        END $$;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [
     _v1,
     _v2,
@@ -322,4 +338,5 @@ MIGRATIONS: list[Callable[[Callable[[str], Any]], None]] = [
     _v10,
     _v11,
     _v12,
+    _v13,
 ]

@@ -33,6 +33,7 @@ from coordinator import clock, errors
 from coordinator.events import Event
 from coordinator.logs import get_logger
 from coordinator.store._reads import SqlReader
+from coordinator.store._sql import Mispredicted
 from coordinator.store._writes import SqlTransaction
 from coordinator.store.api import CommitHook, Fence, Reader, Transaction
 from coordinator.store.postgres._connection import RETRYABLE, PsycopgConnection, SecondStatement, mapped
@@ -93,6 +94,8 @@ class PostgresStore:
         self.last_own_seq = 0
         self._on_change: list[Callable[[], None]] = []
         self._origin = os.urandom(6).hex()  # names this store's commits in their NOTIFY
+        self.mispredicted = 0
+        """Transactions run again because a prediction of their body was wrong (``_sql.py``)."""
 
     # the interface ---------------------------------------------------------------------------
     async def write(self, body: Callable[[Transaction], T], *, fence: Fence | None = None) -> T:
@@ -166,15 +169,26 @@ class PostgresStore:
     def _write_in_thread(
         self, body: Callable[[Transaction], T], fence: Fence | None
     ) -> tuple[list[Event], T]:
-        for attempt in range(RETRIES):
+        predicts, aborted = True, 0
+        while aborted < RETRIES:
             try:
-                return self._attempt(body, fence)
+                return self._attempt(body, fence, predicts)
+            except Mispredicted as exc:
+                if not predicts:
+                    raise  # a check without a prediction: the body's own
+                # Rolled back: the body runs again, reading what it had predicted.
+                self.mispredicted += 1
+                log.debug("store_prediction_missed", error=str(exc))
+                predicts = False
             except RETRYABLE as exc:
-                log.info("store_transaction_retried", attempt=attempt + 1, error=type(exc).__name__)
+                aborted += 1
+                log.info("store_transaction_retried", attempt=aborted, error=type(exc).__name__)
         raise errors.StoreBusy(f"a transaction was aborted {RETRIES} times by deadlocks")
 
-    def _attempt(self, body: Callable[[Transaction], T], fence: Fence | None) -> tuple[list[Event], T]:
-        with self._connection() as conn, _transaction(conn, "BEGIN") as sql:
+    def _attempt(
+        self, body: Callable[[Transaction], T], fence: Fence | None, predicts: bool
+    ) -> tuple[list[Event], T]:
+        with self._connection() as conn, _transaction(conn, "BEGIN", predicts=predicts) as sql:
             tx = SqlTransaction(sql)
             if fence is not None:
                 # The session's lock first: a takeover (``acquire_claim``) takes it too, so it
@@ -259,14 +273,16 @@ def _code_of(query: Callable[..., Any]) -> object | None:
 
 
 @contextlib.contextmanager
-def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[PsycopgConnection]:
+def _transaction(
+    conn: psycopg.Connection[Any], begin: str, *, predicts: bool = False
+) -> Iterator[PsycopgConnection]:
     """A transaction in pipeline mode (``_connection.py``): its BEGIN goes with its first statement,
     and its COMMIT with every statement whose result was not read, in the round trip that leaves the
     pipeline. (psycopg's own ``transaction()`` waits for the server after its BEGIN and before its
     COMMIT: three round trips more.)"""
     try:
         with conn.pipeline() as pipeline:
-            sql = PsycopgConnection(conn, pipeline)
+            sql = PsycopgConnection(conn, pipeline, predicts=predicts)
             sql.send(begin)
             yield sql
             sql.send("COMMIT")

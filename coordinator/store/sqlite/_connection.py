@@ -11,6 +11,7 @@ from typing import Any
 import apsw
 
 from coordinator import errors
+from coordinator.store._sql import Mispredicted
 from coordinator.store.sqlite._errors import mapped
 
 
@@ -37,6 +38,8 @@ class ApswConnection:
     has nothing left to do; ``seq`` is the ``AUTOINCREMENT`` rowid of ``events``.
     """
 
+    predicts = False  # a read costs no round trip here
+
     def __init__(self, db: apsw.Connection) -> None:
         self.db = db
 
@@ -62,6 +65,17 @@ class ApswConnection:
     def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with map_apsw_errors():
             self.db.executemany(sql, rows)
+
+    def later(self, sql: str, args: Sequence[Any] = ()) -> Callable[[], list[tuple[Any, ...]]]:
+        return functools.partial(list, self.all(sql, args))
+
+    def expect(self, condition: str, args: Sequence[Any], what: str) -> None:
+        if not self.all(f"SELECT {condition}", args)[0][0]:
+            raise Mispredicted(f"prediction missed: {what}")
+
+    def expect_changed(self, sql: str, args: Sequence[Any], what: str) -> None:
+        if self.run(sql, args) != 1:
+            raise Mispredicted(f"prediction missed: {what}")
 
     def serialize(self, scope: str) -> None:
         return None

@@ -98,7 +98,7 @@ async def test_an_upgraded_database_goes_on_counting_its_sessions_steps(tmp_path
             )
     connection.close()
     with open_store(str(path)) as store:
-        assert await store.write(lambda tx: tx.insert_step("st3", "s1", "t1", "now")) == 3
+        assert (await store.write(lambda tx: tx.insert_step("st3", "s1", "t1", "now")))() == 3
 
 
 async def test_a_call_begun_before_the_upgrade_keeps_its_logged_lines(tmp_path: Path) -> None:
