@@ -310,15 +310,15 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 path="coordinator/decisions.py",
                 old=(
-                    "    if turn is None or stop is None:",
+                    "    if turn_id is None or stop is None:",
                     "        return False",
-                    "    stops.apply(runtime, turn.id, stop)",
+                    "    stops.apply(runtime, turn_id, stop)",
                 ),
                 new=(
-                    "    if turn is None:",
+                    "    if turn_id is None:",
                     "        return False",
                     "    if stop is not None:",
-                    "        stops.apply(runtime, turn.id, stop)",
+                    "        stops.apply(runtime, turn_id, stop)",
                 ),
             ),
         ),

@@ -6,7 +6,9 @@ read view). The queries are written with ``?`` parameters; psycopg takes ``%s``.
 A store's transaction runs in psycopg's pipeline mode: a statement whose result nobody reads
 (``send``, an event's insert, the fence) is not waited for; it travels to the server with the next
 statement whose result is read, or with the COMMIT. So a transaction costs one round trip to the
-server, plus one for each result its body reads before the commit. An error of a statement sent
+server, plus one for each result its body waits for before the commit: a result it hands back is
+learned with the commit (``later``), and a read the body can predict is checked by the server
+instead (``expect``, ``expect_changed``; ``_sql.Connection`` says how). An error of a statement sent
 ahead is raised where the connection next waits: it still rolls the whole transaction back.
 """
 

@@ -280,3 +280,32 @@ async def test_a_snapshot_read_view_sees_one_moment_and_a_plain_one_each_commit(
             assert snapshot.last_seq() == plain.last_seq() == 1
             await store.write(lambda tx: tx.emit(draft(2)))
             assert (snapshot.last_seq(), plain.last_seq()) == (1, 2)
+
+
+async def test_a_wrong_prediction_runs_the_body_again_reading_and_keeps_nothing_of_the_first_run(
+    url: str,
+) -> None:
+    """A body's predictions (a call id is new, a compare-and-set changes its row) are checked by the
+    server before the commit: a wrong one rolls the whole transaction back, events included, and the
+    body runs again reading each answer, whose result is the one returned."""
+    runs: list[tuple[bool, bool]] = []
+
+    def setup(tx: Transaction) -> None:
+        tx.insert_session("s1", "t", "now")
+        tx.insert_turn("t1", "s1", "go", "now")
+        tx.insert_step("st1", "s1", "t1", "now")
+
+    def body(tx: Transaction) -> tuple[bool, bool]:
+        tx.emit(draft(len(runs)))
+        first, second = tx.succeed_step("st1"), tx.succeed_step("st1")  # the second changes nothing
+        runs.append((first, second))
+        return first, second
+
+    async with node(url) as store:
+        await store.write(setup)
+        missed_before = store.mispredicted  # type: ignore[attr-defined]
+        assert await store.write(body) == (True, False)
+        assert runs == [(True, True), (True, False)]  # predicted, then read
+        assert store.mispredicted == missed_before + 1  # type: ignore[attr-defined]
+        payloads = await store.read(lambda r: [e.payload for e in r.events_after(0)])
+        assert payloads == [{"n": 1}]  # the first run's event was rolled back with it
