@@ -214,6 +214,12 @@ async def measure_pg_peers(workdir: Path, sizes: Sizes, server: str) -> dict[str
     for name in PEERS:
         ratios = [theirs / ours for theirs, ours in zip(medians[name], medians["ours"], strict=True)]
         figures[f"pg_vs_{name}_rtt1"] = median(ratios)
+        print(
+            f"\n  pg_vs_{name}_rtt1 over {rounds} rounds: {median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]",
+            end="",
+            file=sys.stderr,
+        )
+    print(file=sys.stderr)
     return figures
 
 

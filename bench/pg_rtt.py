@@ -90,6 +90,28 @@ def running_link(url: str, delay: float) -> Iterator[Link]:
 
 
 async def measure_pg_rtt(workdir: Path, sizes: Sizes, url: str) -> dict[str, float]:
+    """Every figure of the group, the median of ``sizes.repeats`` runs, each run's range printed."""
+    await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
+    runs = [await _one_run(workdir / f"run-{n}", sizes, url) for n in range(max(1, sizes.repeats))]
+    for what in ("turn", "interrupt"):
+        print(
+            f"\n  round trips a{'n' if what[0] == 'i' else ''} {what}, by the statement each began with"
+            " (the first run):",
+            file=sys.stderr,
+        )
+        for statement, count in runs[0][f"pg_round_trips_by_statement_{what}"].items():
+            print(f"  {count:7.2f}  {statement}", file=sys.stderr)
+    figures = {
+        key: median([run[key] for run in runs]) for key in runs[0] if not key.startswith("pg_round_trips_by")
+    }
+    print(f"\n  medians of {len(runs)} runs [range]:", file=sys.stderr)
+    for key, value in figures.items():
+        values = [run[key] for run in runs]
+        print(f"  {key}: {value:.2f} [{min(values):.2f}-{max(values):.2f}]", file=sys.stderr)
+    return figures
+
+
+async def _one_run(workdir: Path, sizes: Sizes, url: str) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
     with scratch_database(url, "bench_pg_rtt") as db:
@@ -101,13 +123,6 @@ async def measure_pg_rtt(workdir: Path, sizes: Sizes, url: str) -> dict[str, flo
             figures |= await _interrupts(workdir, sizes, link, "_rtt1")
     sqlite_cpu = await sequential_cpu(workdir, "pg-rtt-sqlite.sqlite", sizes, sizes.turns_per_session)
     figures["pg_turn_cpu_ratio"] = figures["pg_turn_cpu_ms"] / (sqlite_cpu * 1000)
-    for what in ("turn", "interrupt"):
-        print(
-            f"\n  round trips a{'n' if what[0] == 'i' else ''} {what}, by the statement each began with:",
-            file=sys.stderr,
-        )
-        for statement, count in figures.pop(f"pg_round_trips_by_statement_{what}").items():
-            print(f"  {count:7.2f}  {statement}", file=sys.stderr)
     return figures
 
 

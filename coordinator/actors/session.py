@@ -79,9 +79,8 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
         try:
             # What a look for the next turn would find, known without one: the prompt's that started
             # this actor, then each settlement's (read in its transaction). None: look.
-            known: Callable[[], TurnRow | None] | None = None
-            if handle.queued is not None:
-                known = functools.partial(lambda turn: turn, handle.queued)
+            queued = handle.queued
+            known: Callable[[], TurnRow | None] | None = None if queued is None else lambda: queued
             nudges = handle.nudges
             while not handle.shutting_down:
                 looked = known is None
