@@ -11,6 +11,8 @@ round trip 1 ms dearer, as across a datacenter):
   round trips are nearly all serial, so the count is close to what a delay multiplies.
 - ``pg_turn_ms_rtt1``: the median turn, prompt to ``session.idle``, on the 1 ms link;
   ``pg_interrupt_p99_ms_rtt1``: interrupt to ``session.idle`` there, p99.
+- ``pg_mispredicted_per_turn``, ``_per_interrupt``: transactions run again because a prediction of
+  their body was wrong (``store/_sql.py``), a turn's and an interrupt's.
 - ``pg_turn_cpu_ms``: this process's CPU a turn on loopback (through the link without delay), beside
   ``pg_turn_cpu_ratio`` over SQLite FULL's in the same group.
 
@@ -130,11 +132,14 @@ async def _turns(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> dict[s
     turns = sizes.turns if suffix == "" else max(1, sizes.turns // 3)
     async with warm_coordinator(workdir, link.url, sizes) as (coordinator, watcher):
         await link.reset()
+        missed = _mispredicted(coordinator)
         _rate, cpu, latencies = await sequential(coordinator, watcher, attrs.evolve(sizes, turns=turns))
         counts = await link.counts()
+        missed = _mispredicted(coordinator) - missed
     if suffix:
         return {"pg_turn_ms_rtt1": median(latencies) * 1000}
     return {
+        "pg_mispredicted_per_turn": missed / turns,
         "pg_round_trips_per_turn": counts["round_trips"] / turns,
         "pg_round_trips_by_statement_turn": _per(counts["by_statement"], turns),
         "pg_turn_ms": median(latencies) * 1000,
@@ -165,8 +170,10 @@ async def _interrupts(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> d
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watcher.run)
             await one_stop(coordinator, watcher, "interrupt")  # warm up
+            missed = _mispredicted(coordinator)
             for _ in range(stops):
                 latencies.append(await _counted_stop(coordinator, watcher, link, round_trips, by_statement))
+            missed = _mispredicted(coordinator) - missed
             nursery.cancel_scope.cancel()
         await coordinator.shutdown()
     if suffix:
@@ -175,6 +182,7 @@ async def _interrupts(workdir: Path, sizes: Sizes, link: Link, suffix: str) -> d
             "pg_interrupt_p50_ms_rtt1": median(latencies) * 1000,
         }
     return {
+        "pg_mispredicted_per_interrupt": missed / stops,
         "pg_round_trips_per_interrupt": median([float(n) for n in round_trips]),
         "pg_round_trips_by_statement_interrupt": _per(dict(by_statement), stops),
     }
@@ -194,6 +202,11 @@ async def _counted_stop(
     round_trips.append(int(counts["round_trips"]))
     by_statement.update(counts["by_statement"])
     return idle
+
+
+def _mispredicted(coordinator: Any) -> int:
+    """How many transactions the coordinator's store ran again for a wrong prediction so far."""
+    return int(getattr(coordinator.store, "mispredicted", 0))
 
 
 def _per(by_statement: dict[str, int], turns: int) -> dict[str, float]:

@@ -63,6 +63,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure(key="pg_turns_per_s_3_nodes", workload="100 sessions through 3 nodes' HTTP (PostgreSQL)", unit="turns/s"),
     Figure(key="pg_round_trips_per_turn", workload="waits for PostgreSQL in a sequential turn, counted by a proxy", unit="RTs", target=10, higher_is_better=False),
     Figure(key="pg_round_trips_per_interrupt", workload="the same from interrupt() to session.idle, median", unit="RTs", target=3, higher_is_better=False),
+    Figure(key="pg_mispredicted_per_turn", workload="transactions of a turn run again for a wrong prediction", unit="count", higher_is_better=False),
+    Figure(key="pg_mispredicted_per_interrupt", workload="the same for an interrupt", unit="count", higher_is_better=False),
     Figure(key="pg_turn_ms_rtt1", workload="a sequential turn through a link 1 ms round trip, median", unit="ms", target=15, higher_is_better=False),
     Figure(key="pg_interrupt_p99_ms_rtt1", workload="interrupt() to session.idle through that link, p99", unit="ms", target=10, higher_is_better=False),
     Figure(key="pg_turn_ms", workload="a sequential turn on loopback (through the proxy, no delay), median", unit="ms", higher_is_better=False),
