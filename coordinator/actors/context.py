@@ -264,9 +264,9 @@ class TurnScope:
         """Raise ``Fenced`` unless this instance still holds the claim at this turn's epoch.
 
         For an effect outside the store (a tool's start): a read, unless a fenced write of this turn
-        begun within ``CLAIM_CONFIRMED_SECONDS`` (a tenth of the lease at most) committed (it found the claim held, and a takeover
-        needs this instance's heartbeat a lease old). A process frozen since then, however long,
-        finds that time passed and reads.
+        begun within ``CLAIM_CONFIRMED_SECONDS`` (a tenth of the lease at most) committed: it found
+        the claim held, and a takeover needs this instance's heartbeat a lease old. A process
+        frozen since then, however long, finds that time passed and reads.
         """
         fresh = min(CLAIM_CONFIRMED_SECONDS, self.runtime.config.server.lease / 10)
         if trio.current_time() - self.journal.confirmed_at <= fresh:

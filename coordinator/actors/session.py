@@ -102,7 +102,7 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
                     if looked:
                         return
                     continue  # the turn known without a look moved on meanwhile: look
-                known = ran.next_turn
+                known = ran.next_turn  # what the settlement read; None if it was not committed
         except Fenced as exc:
             log.warning("claim_lost", error=str(exc))
         except StoreError as exc:
@@ -114,18 +114,11 @@ async def run(runtime: Runtime, handle: SessionHandle, takeovers: dict[str, Take
             handle.done.set()
 
 
-@attrs.frozen
-class _Ran:
-    """A turn run to its settlement, and the session's next turn as that settlement read it (None:
-    unknown, the settlement was not committed)."""
-
-    next_turn: Callable[[], TurnRow | None] | None
-
-
 async def _run_turn(
     runtime: Runtime, handle: SessionHandle, turn: TurnRow, takeover: Takeover | None
-) -> _Ran | None:
-    """Run one turn to its settlement. None when the session must not go on (claim elsewhere)."""
+) -> TurnScope | None:
+    """Run one turn to its settlement; returns its scope. None when the session must not go on
+    (claim elsewhere)."""
     begun = await _begin(runtime, turn, takeover)
     if begun is None:
         return None
@@ -137,7 +130,7 @@ async def _run_turn(
         await run_turn(runtime, scope, turn, takeover)
     finally:
         handle.turn = None
-    return _Ran(next_turn=scope.next_turn)
+    return scope
 
 
 async def run_turn(runtime: Runtime, scope: TurnScope, turn: TurnRow, takeover: Takeover | None) -> None:

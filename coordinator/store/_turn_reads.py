@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from coordinator.records import Message
@@ -38,12 +37,13 @@ _RUNNING_TURN = _TURNS + f" WHERE session_id = ? AND status = '{TurnStatus.RUNNI
 _RUNNING_STEPS = f"SELECT id FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}' ORDER BY ord"
 _RUNNING_CALLS = _CALLS + f" WHERE turn_id = ? AND status = '{CallStatus.RUNNING}' ORDER BY ord"
 # One query for what four would read: in a clean stop every actor settled its own part.
-_LEFTOVERS = (
-    f"SELECT EXISTS (SELECT 1 FROM tool_calls WHERE turn_id = ? AND status = '{CallStatus.RUNNING}') "
+_ANY_LEFT = (
+    f"EXISTS (SELECT 1 FROM tool_calls WHERE turn_id = ? AND status = '{CallStatus.RUNNING}') "
     f"OR EXISTS (SELECT 1 FROM permission_requests WHERE turn_id = ? AND status = '{PermissionStatus.PENDING}') "
     f"OR EXISTS (SELECT 1 FROM forms WHERE turn_id = ? AND status = '{FormStatus.PENDING}') "
     f"OR EXISTS (SELECT 1 FROM steps WHERE turn_id = ? AND status = '{StepStatus.RUNNING}')"
 )
+_LEFTOVERS, _NOTHING_LEFT = f"SELECT {_ANY_LEFT}", f"NOT ({_ANY_LEFT})"
 # ``parked != 0`` is the partial index's own condition (``turns_parked``): a query uses that index
 # only when its WHERE says so itself.
 _PARKED = "SELECT id FROM turns WHERE parked != 0 AND parked = ?"
@@ -66,15 +66,9 @@ INTERRUPTIBLE_IS_RUNNING = (
 )
 
 
-def next_turn_of(rows: Callable[[], list[tuple[Any, ...]]]) -> Callable[[], TurnRow | None]:
-    """The next turn among ``NEXT_TURN``'s rows (learned when asked): the unfinished one, else the
-    first queued."""
-
-    def chosen() -> TurnRow | None:
-        read = rows()
-        return TURN_ROW.load(min(read, key=_queued_last)) if read else None
-
-    return chosen
+def chosen_next_turn(rows: list[tuple[Any, ...]]) -> TurnRow | None:
+    """The next turn among ``NEXT_TURN``'s rows: the unfinished one, else the first queued."""
+    return TURN_ROW.load(min(rows, key=_queued_last)) if rows else None
 
 
 class TurnReads(SqlReads):
@@ -97,7 +91,7 @@ class TurnReads(SqlReads):
         # A task call's turn is run by that call, never by the session's own actor.
         # The unfinished turn before the queued ones, then by ord; chosen here among the session's
         # few unsettled turns (the ``turns_unsettled`` index), read twice a turn.
-        return next_turn_of(lambda: self._all(NEXT_TURN, (session_id,)))()
+        return chosen_next_turn(self._all(NEXT_TURN, (session_id,)))
 
     def stopping_turns(self, turn_ids: list[str]) -> list[TurnRow]:
         rows: list[tuple[Any, ...]] = []
@@ -227,9 +221,7 @@ class TurnReads(SqlReads):
 
     def has_leftovers(self, turn_id: str) -> bool:
         if self.sql.predicts:  # in a clean stop every child settled itself, in the same transaction
-            self.sql.expect(
-                f"NOT ({_LEFTOVERS[len('SELECT ') :]})", (turn_id,) * 4, "nothing of the turn is left"
-            )
+            self.sql.expect(_NOTHING_LEFT, (turn_id,) * 4, "nothing of the turn is left")
             return False
         row = self._one(_LEFTOVERS, (turn_id,) * 4)
         return row is not None and bool(row[0])

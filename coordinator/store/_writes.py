@@ -27,7 +27,7 @@ from coordinator.store._process_groups import ProcessGroupWrites
 from coordinator.store._reads import SqlReader
 from coordinator.store._records import dump_json
 from coordinator.store._sql import Connection
-from coordinator.store._turn_reads import INTERRUPTIBLE_IS_RUNNING, NEXT_TURN, next_turn_of
+from coordinator.store._turn_reads import INTERRUPTIBLE_IS_RUNNING, NEXT_TURN, chosen_next_turn
 from coordinator.store._wait_reads import SESSION_RULES as _SESSION_RULES
 from coordinator.store.rows import InstanceRow, StoredMessage, ToolCallRow, TurnRow
 
@@ -166,10 +166,8 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
         # 20,000 steps, design/benchmarks.md).
         row = {"id": step_id, "session_id": session_id, "turn_id": turn_id, "status": StepStatus.RUNNING}
         self._insert_numbered("steps", row | {"created_at": created_at}, "turn_id", turn_id, session_id)
-        if self.sql.predicts:  # a step's session exists: its claim is held
-            self.sql.expect(
-                "EXISTS (SELECT 1 FROM sessions WHERE id = ?)", (session_id,), "the step's session exists"
-            )
+        if self.sql.predicts:  # its index comes after the commit: a step of no session fails before
+            self.session_exists(session_id)
         counted = self.sql.later(
             "UPDATE sessions SET step_count = step_count + 1 WHERE id = ? RETURNING step_count", (session_id,)
         )
@@ -196,7 +194,8 @@ class SqlTransaction(InputWrites, ProcessGroupWrites, SqlReader, api.Transaction
 
     def next_turn_later(self, session_id: str) -> Callable[[], TurnRow | None]:
         """``next_turn`` as this transaction reads it here, learned with the commit."""
-        return next_turn_of(self.sql.later(NEXT_TURN, (session_id,)))
+        rows = self.sql.later(NEXT_TURN, (session_id,))
+        return lambda: chosen_next_turn(rows())
 
     def interruptible_turn_status(
         self, session_id: str, running: str | None

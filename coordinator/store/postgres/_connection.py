@@ -166,7 +166,8 @@ class PsycopgConnection:
             "SELECT last, ?, ?, ?, ? FROM counter RETURNING seq",
             (type, session_id, at, payload),
         )
-        return _ReturnedSeq(cursor)
+        seq = _LaterRows(cursor)  # its row is in once the commit answered
+        return lambda: int(seq()[0][0])
 
     def last_seq(self) -> int:
         row = self._execute("SELECT last FROM event_counter WHERE id = 1", (), wait=True).fetchone()
@@ -186,27 +187,6 @@ class PsycopgConnection:
 
     def page_counts(self) -> tuple[int, int]:
         return 0, 0  # PostgreSQL's autovacuum gives space back itself
-
-
-class _ReturnedSeq:
-    """The seq an event's insert returns, read from its cursor once the result is in (reading it
-    earlier waits for the server)."""
-
-    __slots__ = ("_cursor", "_seq")
-
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
-        self._cursor: psycopg.Cursor[Any] | None = cursor
-        self._seq = 0
-
-    def __call__(self) -> int:
-        if self._cursor is not None:
-            try:
-                row = self._cursor.fetchone()
-            except psycopg.Error as exc:
-                raise mapped(exc) from exc
-            assert row is not None
-            self._seq, self._cursor = int(row[0]), None
-        return self._seq
 
 
 class _LaterRows:
